@@ -1,0 +1,5 @@
+"""Entry point for ``python -m runner``."""
+
+from runner.cli import main
+
+raise SystemExit(main())

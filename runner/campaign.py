@@ -1,0 +1,235 @@
+"""Run a planned campaign: per-host preflight, trials through their phases, records, resume.
+
+Hosts run concurrently (at most ``parallel`` at a time); each host works through its own trials
+one at a time, so trials on one node never overlap and an exclusive trial (page-cache drops,
+sysctls) always holds its node alone. Ctrl-C sets ``stop``: running phases are cancelled, their
+trials are recorded as ``interrupted`` and the next run picks them up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.execute import PhaseResult, run_phase
+from runner.experiments import KINDS
+from runner.experiments.base import TrialContext
+from runner.experiments.facts import PLAYBOOK as FACTS_PLAYBOOK
+from runner.inventory import Inventory
+from runner.livelog import LogFollower
+from runner.plan import Plan, Trial
+from runner.progress import Progress
+from runner.provenance import REPO_ROOT, git_state, inventory_digest, tool_versions
+from runner.spec import LoadedCampaign
+from runner.store import ResultsStore
+
+__all__ = ["CampaignOutcome", "run_campaign"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CampaignOutcome:
+    counts: dict[str, int] = field(default_factory=dict)  # status -> trials, this run and kept
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get("failed", 0)
+
+
+@dataclass
+class _Ctx:
+    loaded: LoadedCampaign
+    store: ResultsStore
+    progress: Progress
+    stop: threading.Event
+    follow: bool
+    inventory: Inventory | None
+
+
+def _remote_dir(loaded: LoadedCampaign, host: str, leaf: str) -> str:
+    # Per host: test hosts (and some clusters) share one filesystem.
+    return f"{loaded.campaign.remote_dir.rstrip('/')}/{loaded.campaign.name}/{host}/{leaf}"
+
+
+def _extravars(ctx: _Ctx, trial: Trial, trial_dir: Path) -> dict[str, Any]:
+    return {
+        "exp_campaign": ctx.loaded.campaign.name,
+        "exp_trial_id": trial.id,
+        "exp_experiment": trial.experiment,
+        "exp_kind": trial.kind,
+        "exp_mode": trial.mode,
+        "exp_params": trial.params,
+        "exp_repeat": trial.repeat,
+        "exp_engine": trial.engine or {},
+        "exp_resources": trial.resources.as_dict(),
+        "exp_results_dir": str(trial_dir),
+        "exp_remote_dir": _remote_dir(ctx.loaded, trial.host, trial.id),
+        "exp_repo_dir": str(REPO_ROOT),
+    }
+
+
+def _preflight(ctx: _Ctx, host: str) -> tuple[dict[str, Any] | None, str]:
+    """Gather the host's facts once per run; an unreachable host fails all its trials at once."""
+    host_dir = ctx.store.root / "hosts" / host
+    dest = host_dir / "facts.json"
+    result = run_phase(
+        phase="preflight", playbook=REPO_ROOT / FACTS_PLAYBOOK, project_dir=REPO_ROOT,
+        private_data_dir=host_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=host,
+        extravars={"exp_facts_dest": str(dest), "exp_results_dir": str(host_dir),
+                   "exp_remote_dir": _remote_dir(ctx.loaded, host, "preflight")},
+        timeout_s=300, cancel=ctx.stop,
+    )
+    if not result.ok:
+        reason = result.failures[0].one_line() if result.failures else result.status
+        return None, f"host preflight failed: {reason}"
+    facts = ctx.store.read_json(Path("hosts") / host / "facts.json")
+    return (facts if isinstance(facts, dict) else None), ""
+
+
+def _run_phase_followed(ctx: _Ctx, trial: Trial, phase_name: str, playbook: str, follow: str | None,
+                        trial_dir: Path, extravars: dict[str, Any]) -> PhaseResult:
+    follower = None
+    if ctx.follow and follow and ctx.inventory is not None:
+        conn = ctx.inventory.connection(trial.host)
+        remote = f"{extravars['exp_remote_dir']}/{follow}"
+        follower = LogFollower(conn, remote, lambda line: ctx.progress.log_line(trial.id, line))
+        follower.start()
+    try:
+        return run_phase(
+            phase=phase_name, playbook=REPO_ROOT / playbook, project_dir=REPO_ROOT,
+            private_data_dir=trial_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=trial.host,
+            extravars=extravars, timeout_s=trial.timeout_s, cancel=ctx.stop,
+            on_task=lambda task: ctx.progress.task(trial.id, task),
+        )
+    finally:
+        if follower is not None:
+            follower.stop()
+
+
+def _skip_reason(trial_dir: Path) -> str | None:
+    """A playbook skips by design by writing ``skip.txt`` (its reason) to the trial folder."""
+    path = trial_dir / "skip.txt"
+    if not path.is_file():
+        return None
+    return path.read_text().strip() or "skipped by the playbook"
+
+
+def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_error: str) -> str:
+    kind = KINDS[trial.kind]
+    trial_dir = ctx.store.begin_trial(trial.id)
+    record: dict[str, Any] = {
+        **trial.as_dict(), "status": "running", "reason": "", "phases": [], "metrics": {},
+        "engine_label": (trial.engine or {}).get("kind", "none"), "host_facts": facts,
+        "started": time.time(),
+    }
+    ctx.store.save_trial(trial.id, record)
+    ctx.progress.trial_started(trial.id, trial.host)
+    extravars = _extravars(ctx, trial, trial_dir)
+    failures = []
+    canceled = False
+    if preflight_error:
+        failures.append(preflight_error)
+    for phase in kind.phases if not preflight_error else ():
+        if (failures or canceled) and not phase.always:
+            continue
+        ctx.progress.phase(trial.id, phase.name)
+        result = _run_phase_followed(ctx, trial, phase.name, phase.playbook, phase.follow, trial_dir, extravars)
+        record["phases"].append(result.as_dict())
+        canceled = canceled or result.status == "canceled"
+        if not result.ok and not canceled:
+            failures.append(result.failures[0].one_line() if result.failures else result.status)
+    skip = _skip_reason(trial_dir)
+    if canceled:
+        status, reason = "interrupted", "stopped by the user (Ctrl-C); the next run repeats it"
+    elif failures:
+        status, reason = "failed", failures[0]
+    elif skip is not None:
+        status, reason = "skipped", skip
+    else:
+        status, reason = "ok", ""
+        try:
+            record["metrics"] = kind.collect(TrialContext(trial.mode, trial.params, trial.engine or {},
+                                                          trial_dir, trial.host))
+        except Exception as exc:  # noqa: BLE001 - an unparsable artefact is a failed trial, with the why
+            logger.exception("collect failed for %s", trial.id)
+            status, reason = "failed", f"collect: {exc}"
+    record.update(status=status, reason=reason, ended=time.time())
+    record["duration_s"] = round(record["ended"] - record["started"], 3)
+    ctx.store.save_trial(trial.id, record)
+    ctx.progress.trial_finished(trial.id, status, reason, record["duration_s"])
+    return status
+
+
+def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    if ctx.stop.is_set():
+        return counts
+    facts, preflight_error = _preflight(ctx, host)
+    for trial in trials:
+        if ctx.stop.is_set():
+            break
+        status = _run_trial(ctx, trial, facts, preflight_error)
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def _freeze(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, argv: list[str]) -> dict[str, Any]:
+    store.write_text("campaign.yaml", loaded.text)
+    store.write_json("plan.json", plan.as_dict())
+    run_info = store.read_json("run.json") or {"runs": []}
+    run_info.update(
+        campaign=loaded.campaign.name, campaign_file=str(loaded.path), tools=tool_versions(), git=git_state(),
+        inventory=inventory_digest(loaded.inventory_path), hosts=list(loaded.hosts),
+    )
+    run_info["runs"].append({"started": time.time(), "argv": argv})
+    store.write_json("run.json", run_info)
+    return run_info
+
+
+def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progress: Progress, *,
+                 retry_failed: bool = False, parallel: int = 8, follow: bool = True,
+                 argv: list[str] | None = None) -> CampaignOutcome:
+    run_info = _freeze(loaded, plan, store, argv or [])
+    todo: dict[str, list[Trial]] = {}
+    outcome = CampaignOutcome()
+    kept = 0
+    for trial in plan.trials:
+        must_run, why = store.decide(trial, retry_failed=retry_failed)
+        logger.debug("%s: %s", trial.id, why)
+        if must_run:
+            todo.setdefault(trial.host, []).append(trial)
+        else:
+            kept += 1
+            status = (store.load_trial(trial.id) or {}).get("status", "?")
+            outcome.counts[status] = outcome.counts.get(status, 0) + 1
+    stop = threading.Event()
+    ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory_path) if follow else None)
+    progress.start(sum(len(t) for t in todo.values()), kept)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="host")
+    futures: set[Future[dict[str, int]]] = {pool.submit(_host_worker, ctx, h, ts) for h, ts in todo.items()}
+    try:
+        while futures:
+            done, futures = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
+            for f in done:
+                for status, n in f.result().items():
+                    outcome.counts[status] = outcome.counts.get(status, 0) + n
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+        stop.set()
+        progress.note("stopping: cancelling running phases; finished trials are kept")
+        for f in futures:
+            for status, n in f.result().items():
+                outcome.counts[status] = outcome.counts.get(status, 0) + n
+    finally:
+        pool.shutdown(wait=True)
+        progress.stop()
+        run_info["runs"][-1].update(ended=time.time(), counts=outcome.counts, interrupted=outcome.interrupted)
+        store.write_json("run.json", run_info)
+    return outcome

@@ -1,0 +1,160 @@
+"""``python -m runner``: run a campaign, show its plan, rebuild a report, parse a vLLM log.
+
+Exit codes: 0 every trial ok or skipped by design; 1 some trial failed; 2 bad input (nothing on
+any node touched); 130 interrupted (finished trials kept; run the same command again to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from runner.errors import RunnerError, SpecError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+SUBCOMMANDS = ("run", "report", "parse-log")
+
+logger = logging.getLogger("runner")
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m runner",
+        description="Run a campaign (CAMPAIGN.yaml), or: report RESULTS_DIR | parse-log PATH.",
+    )
+    p.add_argument("campaign", type=Path, help="campaign YAML file")
+    p.add_argument("--plan", action="store_true", help="print the expanded trial matrix; touch no host")
+    p.add_argument("--json", action="store_true", help="with --plan: machine-readable output")
+    p.add_argument("--results", type=Path, help="results folder (default: results/<campaign name>/)")
+    p.add_argument("--fresh", action="store_true", help="move earlier results aside and start over")
+    p.add_argument("--retry-failed", action="store_true", help="run failed trials again on resume")
+    p.add_argument("--parallel", type=int, default=8, metavar="N", help="hosts worked on at once (8)")
+    p.add_argument("--no-follow", action="store_true", help="do not tail the node's server log live")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--quiet", action="store_true", help="print only the final summary and errors")
+    out.add_argument("--plain", action="store_true", help="plain log lines instead of a live display")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def _configure_logging(verbose: bool, quiet: bool) -> None:
+    level = logging.DEBUG if verbose else (logging.WARNING if quiet else logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S",
+                        stream=sys.stderr)
+
+
+def _print_plan(plan_dict: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(plan_dict, indent=2))
+        return
+    trials = plan_dict["trials"]
+    assert isinstance(trials, list)
+    width = max((len(t["id"]) for t in trials), default=5)
+    print(f"{'trial':<{width}}  {'host':<12} {'experiment':<12} {'mode':<18} rep  resources")
+    for t in trials:
+        r = t["resources"]
+        res = f"gpus={r['gpus'] or '-'} exclusive={'yes' if r['exclusive'] else 'no'} ram={r['host_ram_gib']:g}GiB"
+        print(f"{t['id']:<{width}}  {t['host']:<12} {t['experiment']:<12} {t['mode']:<18} {t['repeat']:>3}  {res}")
+    print(f"{len(trials)} trial(s) in campaign {plan_dict['campaign']}")
+
+
+def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    from runner.campaign import run_campaign
+    from runner.plan import expand
+    from runner.progress import PlainProgress, Progress, QuietProgress, RichProgress
+    from runner.report import build_report
+    from runner.spec import load_campaign
+    from runner.store import ResultsStore
+
+    loaded = load_campaign(args.campaign)
+    plan = expand(loaded)
+    if args.plan:
+        _print_plan(plan.as_dict(), args.json)
+        return EXIT_OK
+    if args.parallel < 1:
+        raise SpecError([f"--parallel: must be >= 1, got {args.parallel}"])
+    root = args.results or Path("results") / loaded.campaign.name
+    store = ResultsStore.open(root, fresh=args.fresh)
+    progress: Progress
+    if args.quiet:
+        progress = QuietProgress()
+    elif args.plain or not sys.stderr.isatty():
+        progress = PlainProgress()
+    else:
+        progress = RichProgress()
+    outcome = run_campaign(loaded, plan, store, progress, retry_failed=args.retry_failed,
+                           parallel=args.parallel, follow=not args.no_follow, argv=argv)
+    csv_path, md_path = build_report(root)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing to do"
+    print(f"{loaded.campaign.name}: {counts}; results in {root} ({csv_path.name}, {md_path.name})")
+    if outcome.interrupted:
+        print("interrupted: run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if outcome.failed else EXIT_OK
+
+
+def _cmd_report(argv: list[str]) -> int:
+    from runner.report import build_report
+
+    p = argparse.ArgumentParser(prog="python -m runner report", description="Rebuild summary.csv and report.md.")
+    p.add_argument("results_dir", type=Path)
+    args = p.parse_args(argv)
+    csv_path, md_path = build_report(args.results_dir)
+    print(f"wrote {csv_path} and {md_path}")
+    return EXIT_OK
+
+
+def _cmd_parse_log(argv: list[str]) -> int:
+    from runner.parse.vllm_log import parse_log_file
+
+    p = argparse.ArgumentParser(prog="python -m runner parse-log",
+                                description="Parse a vLLM server log into startup phases, stats and errors.")
+    p.add_argument("path", type=Path)
+    p.add_argument("--json", action="store_true", help="one JSON object (keys absent when lines are)")
+    args = p.parse_args(argv)
+    record = parse_log_file(args.path)
+    if args.json:
+        print(json.dumps(record, indent=2, sort_keys=True))
+        return EXIT_OK
+    for key, value in record.items():
+        if key == "stats":
+            print(f"stats: {len(value)} periodic line(s)")
+        else:
+            print(f"{key}: {value}")
+    return EXIT_OK
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "report":
+            return _cmd_report(argv[1:])
+        if argv and argv[0] == "parse-log":
+            return _cmd_parse_log(argv[1:])
+        if argv and argv[0] == "run":
+            argv = argv[1:]
+        args = _run_parser().parse_args(argv)
+        _configure_logging(args.verbose, args.quiet or not args.plain and sys.stderr.isatty())
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        return _cmd_run(args, argv)
+    except SpecError as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RunnerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,26 @@
+"""Expected errors of the runner; each carries enough context for a one-line message."""
+
+from __future__ import annotations
+
+__all__ = ["ParseError", "RunnerError", "SpecError"]
+
+
+class RunnerError(Exception):
+    """Base of every expected runner error (bad input, unreadable artefacts)."""
+
+
+class SpecError(RunnerError):
+    """A campaign file is invalid; ``lines`` holds one message per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+class ParseError(RunnerError):
+    """A file could not be parsed as the format that was asked for."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")

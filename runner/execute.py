@@ -1,0 +1,166 @@
+"""Run one playbook for one trial phase through ansible-runner and describe what happened.
+
+The only module that imports ``ansible_runner``. An Ansible failure, an unreachable host, a phase
+timeout or a cancel is returned as data (``PhaseResult`` with ``Failure`` records), never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+__all__ = ["Failure", "PhaseResult", "run_phase"]
+
+logger = logging.getLogger(__name__)
+
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a phase failed: ``kind`` is failed | unreachable | timeout | canceled | error."""
+
+    kind: str
+    phase: str
+    host: str = ""
+    task: str = ""
+    message: str = ""
+    rc: int | None = None
+
+    def one_line(self) -> str:
+        where = f"{self.host}: " if self.host else ""
+        task = f"task '{self.task}': " if self.task else ""
+        rc = f" (rc={self.rc})" if self.rc is not None else ""
+        return f"{self.kind} in phase {self.phase}: {where}{task}{self.message}{rc}".strip()
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    name: str
+    status: str  # successful | failed | timeout | canceled
+    rc: int | None
+    started: float
+    ended: float
+    artifact_dir: str
+    failures: list[Failure] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful"
+
+    @property
+    def duration_s(self) -> float:
+        return round(self.ended - self.started, 3)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["duration_s"] = self.duration_s
+        return d
+
+
+def _message_of(res: dict[str, Any]) -> tuple[str, int | None]:
+    msg = str(res.get("msg") or "").strip()
+    rc = res.get("rc")
+    stderr = str(res.get("stderr") or "").strip()
+    if stderr:
+        last = stderr.splitlines()[-1]
+        msg = f"{msg}: {last}" if msg and last not in msg else (msg or last)
+    if not msg:
+        lines = str(res.get("stdout") or "").strip().splitlines()
+        msg = lines[-1] if lines else ""
+    return (msg or "no message"), (rc if isinstance(rc, int) else None)
+
+
+def _scrub_command_artifact(artifact_dir: Path) -> None:
+    """ansible-runner dumps the whole environment into ``command``; keep no secrets on disk."""
+    path = artifact_dir / "command"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    env = data.get("env")
+    if isinstance(env, dict):
+        data["env"] = {k: ("***" if any(w in k.upper() for w in _SECRET_WORDS) else v) for k, v in env.items()}
+        path.write_text(json.dumps(data))
+
+
+def _envvars() -> dict[str, str]:
+    bindir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    return {"PATH": path if path.split(os.pathsep)[:1] == [bindir] else f"{bindir}{os.pathsep}{path}"}
+
+
+def run_phase(
+    *,
+    phase: str,
+    playbook: Path,
+    project_dir: Path,
+    private_data_dir: Path,
+    inventory: Path,
+    limit: str,
+    extravars: dict[str, Any],
+    timeout_s: float,
+    cancel: threading.Event,
+    on_task: Callable[[str], None] | None = None,
+) -> PhaseResult:
+    """Run ``playbook`` against ``limit``; every outcome comes back as a ``PhaseResult``."""
+    private_data_dir.mkdir(parents=True, exist_ok=True)
+    failures: list[Failure] = []
+
+    def on_event(event: dict[str, Any]) -> bool:
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_task_start" and on_task is not None:
+            on_task(str(data.get("task", "")))
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            msg, rc = _message_of(data.get("res") or {})
+            failures.append(Failure("failed", phase, data.get("host", ""), data.get("task", ""), msg, rc))
+        elif kind == "runner_on_unreachable":
+            msg, _ = _message_of(data.get("res") or {})
+            failures.append(Failure("unreachable", phase, data.get("host", ""), data.get("task", ""), msg))
+        return True
+
+    started = time.time()
+    logger.debug("phase %s: %s on %s", phase, playbook, limit)
+    try:
+        r = ansible_runner.run(
+            private_data_dir=str(private_data_dir),
+            project_dir=str(project_dir),
+            playbook=str(playbook),
+            inventory=str(inventory),
+            limit=limit,
+            extravars=extravars,
+            ident=phase,
+            envvars=_envvars(),
+            quiet=True,
+            timeout=max(1, round(timeout_s)),
+            event_handler=on_event,
+            cancel_callback=cancel.is_set,
+        )
+    except Exception as exc:  # noqa: BLE001 - a broken run is a recorded failure, not a crash
+        logger.exception("ansible-runner could not run phase %s", phase)
+        return PhaseResult(phase, "failed", None, started, time.time(), "",
+                           [Failure("error", phase, limit, "", f"ansible-runner: {exc}")])
+    ended = time.time()
+    artifact_dir = Path(r.config.artifact_dir)
+    _scrub_command_artifact(artifact_dir)
+    status = str(r.status)
+    if status == "timeout":
+        failures.append(Failure("timeout", phase, limit, "", f"phase ran past its {timeout_s:g} s limit"))
+    elif status == "canceled":
+        failures.append(Failure("canceled", phase, limit, "", "stopped by the user"))
+    elif status != "successful" and not failures:
+        tail = (artifact_dir / "stdout").read_text(errors="replace").strip().splitlines()[-3:]
+        failures.append(Failure("failed", phase, limit, "", " | ".join(tail) or "ansible-playbook failed", r.rc))
+    return PhaseResult(phase, status, r.rc, started, ended, str(artifact_dir), failures, dict(r.stats or {}))

@@ -1,0 +1,67 @@
+"""What an experiment kind declares: its modes, the playbooks of its phases, resources, metrics.
+
+Each kind lives in its own module of this package and registers one ``ExperimentKind``. The spec
+validates mode parameters against ``modes``; the plan asks ``resources``; the executor runs
+``phases`` in order; ``collect`` turns the fetched raw files of a finished trial into metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["ExperimentKind", "ModeParams", "Phase", "Resources", "TrialContext"]
+
+
+class ModeParams(BaseModel):
+    """Base of every mode's parameter model: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a trial needs from its host; the scheduler and the report read it."""
+
+    gpus: tuple[int, ...] = ()
+    exclusive: bool = False  # drops the page cache or changes sysctls: nothing else may run
+    host_ram_gib: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gpus": list(self.gpus), "exclusive": self.exclusive, "host_ram_gib": self.host_ram_gib}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One playbook run of a trial. ``follow`` names a node-side file to tail while it runs."""
+
+    name: str
+    playbook: str  # relative to the repository root
+    follow: str | None = None  # path relative to exp_remote_dir, e.g. "server.log"
+    always: bool = False  # runs even when an earlier phase failed (cleanup, log fetch)
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What ``resources`` and ``collect`` may look at."""
+
+    mode: str
+    params: Mapping[str, Any]
+    engine: Mapping[str, Any]
+    trial_dir: Path | None = None
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class ExperimentKind:
+    name: str
+    summary: str
+    phases: tuple[Phase, ...]
+    modes: Mapping[str, type[ModeParams]]
+    default_modes: tuple[str, ...] = ()
+    resources: Callable[[TrialContext], Resources] = field(default=lambda _ctx: Resources())
+    collect: Callable[[TrialContext], dict[str, Any]] = field(default=lambda _ctx: {})

@@ -1,0 +1,1 @@
+"""Pure parsers from fetched files to typed records (no Ansible, no network)."""

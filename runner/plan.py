@@ -1,0 +1,97 @@
+"""Expand a validated campaign into trials: pure and deterministic.
+
+Order is setup-major: experiments as listed, then modes as listed, then repeats, so each engine
+configuration is prepared once for its repeats; hosts are the innermost factor, and each host
+works through its own trials in this order. Trial ids are readable and stable:
+``<experiment>.<mode>.r<repeat>@<host>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.experiments import KINDS
+from runner.experiments.base import Resources, TrialContext
+from runner.spec import LoadedCampaign
+
+__all__ = ["Plan", "Trial", "expand", "trial_id"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.@-]+")
+
+
+def trial_id(experiment: str, mode: str, repeat: int, host: str) -> str:
+    return _UNSAFE.sub("_", f"{experiment}.{mode}.r{repeat}@{host}")
+
+
+@dataclass(frozen=True)
+class Trial:
+    id: str
+    host: str
+    experiment: str
+    kind: str
+    mode: str
+    repeat: int
+    params: dict[str, Any]
+    engine: dict[str, Any] | None
+    timeout_s: float
+    resources: Resources = field(default_factory=Resources)
+
+    def definition(self) -> dict[str, Any]:
+        """Everything that decides what the trial does; a stored result is reused only if equal."""
+        return {
+            "host": self.host, "experiment": self.experiment, "kind": self.kind, "mode": self.mode,
+            "repeat": self.repeat, "params": self.params, "engine": self.engine,
+        }
+
+    def definition_hash(self) -> str:
+        blob = json.dumps(self.definition(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, **self.definition(), "timeout_s": self.timeout_s,
+            "resources": self.resources.as_dict(), "definition_hash": self.definition_hash(),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    campaign: str
+    trials: tuple[Trial, ...]
+
+    def by_host(self) -> dict[str, list[Trial]]:
+        out: dict[str, list[Trial]] = {}
+        for t in self.trials:
+            out.setdefault(t.host, []).append(t)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"campaign": self.campaign, "trial_count": len(self.trials),
+                "trials": [t.as_dict() for t in self.trials]}
+
+
+def expand(loaded: LoadedCampaign) -> Plan:
+    c = loaded.campaign
+    trials: list[Trial] = []
+    for exp, modes in zip(c.experiments, loaded.modes, strict=True):
+        kind = KINDS[exp.kind]
+        repeats = exp.repeats or c.defaults.repeats
+        timeout = exp.timeout_s or c.defaults.timeout_s
+        engine = None
+        if c.engine is not None:
+            engine = c.engine.model_dump(mode="json")
+            engine["args"] = {**engine["args"], **exp.engine_args}
+        for mode, params in modes.items():
+            for repeat in range(1, repeats + 1):
+                for host in loaded.hosts:
+                    ctx = TrialContext(mode=mode, params=params, engine=engine or {}, host=host)
+                    trials.append(Trial(
+                        id=trial_id(exp.label, mode, repeat, host), host=host, experiment=exp.label,
+                        kind=exp.kind, mode=mode, repeat=repeat, params=params, engine=engine,
+                        timeout_s=timeout, resources=kind.resources(ctx),
+                    ))
+    return Plan(campaign=c.name, trials=tuple(trials))

@@ -1,0 +1,52 @@
+"""Where a result came from: tool versions, the git commit of this checkout, the inventory."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = ["REPO_ROOT", "git_state", "inventory_digest", "tool_versions"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGES = ("ansible-core", "ansible", "ansible-runner", "pandas", "pydantic", "paramiko", "jinja2")
+
+
+def tool_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    from runner import __version__
+
+    out["runner"] = __version__
+    return out
+
+
+def git_state(repo: Path = REPO_ROOT) -> dict[str, Any]:
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                                  timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    sha = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"sha": sha, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def inventory_digest(path: Path) -> dict[str, Any]:
+    """Path and a sha256 over the inventory's files (not their content: it may hold secrets)."""
+    files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(path.parent if path.is_file() else path)).encode())
+        digest.update(f.read_bytes())
+    return {"path": str(path), "files": len(files), "sha256": digest.hexdigest()}

@@ -1,0 +1,113 @@
+"""Rebuild ``summary.csv`` and ``report.md`` from what is on disk in a results folder.
+
+One row per planned trial: ok, failed, skipped, interrupted, and ``pending`` for trials the plan
+holds but no run has reached yet. Metrics of a trial that did not finish ok stay empty (NaN in
+pandas, an empty cell in the CSV), never 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from runner.errors import RunnerError
+from runner.store import ResultsStore
+
+__all__ = ["build_report", "summary_frame"]
+
+_BASE_COLUMNS = ["trial_id", "experiment", "kind", "mode", "repeat", "host", "engine", "status", "reason",
+                 "duration_s"]
+
+
+def summary_frame(store: ResultsStore) -> pd.DataFrame:
+    plan = store.read_json("plan.json") or {"trials": []}
+    records = {r["id"]: r for r in store.iter_trials() if "id" in r}
+    rows: list[dict[str, Any]] = []
+    for t in plan["trials"]:
+        r = records.pop(t["id"], None)
+        rows.append(_row(t, r))
+    rows.extend(_row(r, r) for r in records.values())  # trials of an earlier plan stay visible
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=_BASE_COLUMNS)
+    metric_cols = sorted(c for c in frame.columns if c not in _BASE_COLUMNS)
+    # Nullable dtypes: an integer metric with a gap stays an integer, the gap an empty cell.
+    return frame[_BASE_COLUMNS + metric_cols].convert_dtypes()
+
+
+def _row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "trial_id": planned["id"], "experiment": planned["experiment"], "kind": planned["kind"],
+        "mode": planned["mode"], "repeat": planned["repeat"], "host": planned["host"],
+        "engine": (planned.get("engine") or {}).get("kind", "none"),
+        "status": "pending", "reason": "not run yet", "duration_s": None,
+    }
+    if record is not None:
+        status = record.get("status", "running")
+        row.update(status=status, reason=record.get("reason", ""), duration_s=record.get("duration_s"))
+        if status == "running":
+            row["reason"] = "run did not finish (process stopped); the next run repeats it"
+        if status == "ok":
+            row.update({k: v for k, v in (record.get("metrics") or {}).items() if not isinstance(v, dict | list)})
+    return row
+
+
+def _md_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "_none_\n"
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, row in frame.iterrows():
+        cells = ["" if pd.isna(v) else str(v).replace("|", "\\|").replace("\n", " ") for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _hosts_section(store: ResultsStore) -> str:
+    rows = []
+    hosts_dir = store.root / "hosts"
+    for path in sorted(hosts_dir.glob("*/facts.json")) if hosts_dir.is_dir() else []:
+        facts = json.loads(path.read_text())
+        gpus = facts.get("gpus") or []
+        names = sorted({g.get("name", "?") for g in gpus})
+        mem = (facts.get("memory") or {}).get("total_bytes")
+        rows.append({
+            "host": path.parent.name, "gpus": f"{len(gpus)}× {', '.join(names)}" if gpus else "none",
+            "driver": facts.get("driver_version", ""), "kernel": facts.get("kernel", ""),
+            "mem_gib": round(mem / 2**30, 1) if mem else None, "numa_nodes": len(facts.get("numa") or []),
+        })
+    return _md_table(pd.DataFrame(rows))
+
+
+def build_report(root: Path) -> tuple[Path, Path]:
+    """Write ``summary.csv`` and ``report.md`` under ``root``; return their paths."""
+    if not (root / "plan.json").is_file():
+        raise RunnerError(f"{root}: not a results folder (no plan.json): run a campaign first")
+    store = ResultsStore(root)
+    frame = summary_frame(store)
+    csv_path = store.write_text("summary.csv", frame.to_csv(index=False))
+    run = store.read_json("run.json") or {}
+    counts = frame["status"].value_counts().to_dict() if not frame.empty else {}
+    engines = sorted(set(frame["engine"])) if not frame.empty else []
+    parts = [
+        f"# Campaign {run.get('campaign', root.name)}\n",
+        f"- trials: {len(frame)} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'})",
+        f"- engine: {', '.join(engines) or 'none'}",
+        f"- git: {(run.get('git') or {}).get('sha')} (dirty: {(run.get('git') or {}).get('dirty')})",
+        f"- tools: {', '.join(f'{k} {v}' for k, v in (run.get('tools') or {}).items())}",
+    ]
+    if "stand-in" in engines:
+        parts.append("- **engine=stand-in**: this campaign rehearsed the tooling; its timings say nothing "
+                     "about vLLM.")
+    parts.append("\n## Hosts\n")
+    parts.append(_hosts_section(store))
+    parts.append("\n## Trials\n")
+    parts.append(_md_table(frame.drop(columns=["reason"]) if not frame.empty else frame))
+    not_ok = frame[frame["status"] != "ok"] if not frame.empty else frame
+    parts.append("\n## Not ok: failed, skipped, interrupted and pending trials, with reasons\n")
+    parts.append(_md_table(not_ok[["trial_id", "host", "status", "reason"]] if not not_ok.empty else not_ok))
+    md_path = store.write_text("report.md", "\n".join(parts) + "\n")
+    return csv_path, md_path

@@ -1,0 +1,265 @@
+"""Load and validate a campaign YAML before any host is touched.
+
+Every problem becomes one line ``FILE:LINE: key.path: message``; all of them are reported at once
+(a user fixing a campaign should not discover typos one run at a time). Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from runner.errors import SpecError
+from runner.experiments import KINDS
+
+__all__ = ["Campaign", "Engine", "Experiment", "LoadedCampaign", "load_campaign"]
+
+Loc = tuple[str | int, ...]
+EngineArg = str | int | float | bool | None | list[str | int | float]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Engine(_Strict):
+    """The engine every trial of the campaign starts (experiments may override ``args``)."""
+
+    kind: Literal["vllm", "stand-in"] = Field(
+        default="stand-in", description="vllm, or the stand-in that rehearses a campaign without a GPU"
+    )
+    runtime: Literal["docker", "process"] = "process"
+    image: str | None = Field(default=None, description="container image (docker runtime)")
+    venv: str | None = Field(default=None, description="virtualenv on the node holding vllm (process)")
+    version: str | None = Field(default=None, description="engine version, for args that drift")
+    model: str = Field(min_length=1, description="model path on the node, or a model id")
+    served_model_name: str | None = None
+    port: int = Field(default=8000, ge=1, le=65535)
+    gpus: list[int] = Field(default_factory=list, description="GPU indices the engine may use")
+    args: dict[str, EngineArg] = Field(default_factory=dict, description="vllm serve flags as data")
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _runtime_needs(self) -> Engine:
+        if self.runtime == "docker" and not self.image:
+            raise ValueError("runtime docker needs engine.image")
+        return self
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_unique(cls, v: list[int]) -> list[int]:
+        if any(g < 0 for g in v) or len(set(v)) != len(v):
+            raise ValueError("GPU indices must be distinct and >= 0")
+        return v
+
+
+class Defaults(_Strict):
+    repeats: int = Field(default=1, ge=1)
+    timeout_s: float = Field(default=1800, gt=0, description="per phase")
+
+
+class Experiment(_Strict):
+    kind: str
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    modes: dict[str, dict[str, Any] | None] | list[str] | None = None
+    repeats: int | None = Field(default=None, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+    engine_args: dict[str, EngineArg] = Field(default_factory=dict, description="merged over engine.args")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in KINDS:
+            raise ValueError(f"unknown experiment kind {v!r} (known: {', '.join(sorted(KINDS))})")
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.name or self.kind
+
+
+class Campaign(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="names results/<name>/")
+    description: str = ""
+    inventory: str = Field(min_length=1, description="inventory path, relative to the campaign file")
+    hosts: str = Field(default="all", min_length=1, description="Ansible host pattern")
+    remote_dir: str = Field(default="/tmp/gpu-campaign", description="node-side work folder")
+    engine: Engine | None = None
+    defaults: Defaults = Defaults()
+    experiments: list[Experiment] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class LoadedCampaign:
+    """A validated campaign plus where it came from; ``modes`` holds validated mode parameters."""
+
+    campaign: Campaign
+    path: Path
+    text: str
+    inventory_path: Path
+    hosts: tuple[str, ...]
+    modes: tuple[dict[str, dict[str, Any]], ...]  # per experiment: mode -> validated params
+
+
+# --- YAML with line numbers -------------------------------------------------------------------
+
+
+def _line_map(node: yaml.Node, loc: Loc = (), out: dict[Loc, int] | None = None) -> dict[Loc, int]:
+    """Map each key path of a composed YAML document to its 1-based line."""
+    out = {} if out is None else out
+    out.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value
+            out[(*loc, key)] = key_node.start_mark.line + 1
+            _line_map(value_node, (*loc, key), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[(*loc, i)] = item.start_mark.line + 1
+            _line_map(item, (*loc, i), out)
+    return out
+
+
+def _line_for(lines: dict[Loc, int], loc: Loc) -> int:
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return 1
+
+
+def _format_loc(loc: Iterable[str | int]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top)"
+
+
+_MESSAGES = {
+    "extra_forbidden": lambda e: "unknown key",
+    "missing": lambda e: "required key is missing",
+    "greater_than": lambda e: f"must be > {e['ctx']['gt']}",
+    "greater_than_equal": lambda e: f"must be >= {e['ctx']['ge']}",
+    "less_than_equal": lambda e: f"must be <= {e['ctx']['le']}",
+    "literal_error": lambda e: f"must be one of {e['ctx']['expected']}",
+    "string_pattern_mismatch": lambda e: f"must match {e['ctx']['pattern']}",
+    "too_short": lambda e: "must not be empty",
+}
+
+
+def _message(err: Any) -> str:
+    make = _MESSAGES.get(err["type"])
+    if make is not None:
+        return str(make(err))
+    msg = str(err["msg"])
+    return msg.removeprefix("Value error, ")
+
+
+def _clean_loc(loc: Loc) -> Loc:
+    # pydantic adds the union member it tried (e.g. "dict[str,...]", "function-after[...]"): drop it.
+    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+
+
+def _errors_of(exc: ValidationError, prefix: Loc = ()) -> list[tuple[Loc, str]]:
+    seen: set[tuple[Loc, str]] = set()
+    out = []
+    for err in exc.errors():
+        item = ((*prefix, *_clean_loc(tuple(err["loc"]))), _message(err))
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
+# --- validation steps -------------------------------------------------------------------------
+
+
+def _validate_modes(exp: Experiment, index: int) -> tuple[dict[str, dict[str, Any]], list[tuple[Loc, str]]]:
+    kind = KINDS[exp.kind]
+    errors: list[tuple[Loc, str]] = []
+    if exp.modes is None:
+        raw: dict[str, dict[str, Any] | None] = dict.fromkeys(kind.default_modes)
+    elif isinstance(exp.modes, list):
+        raw = dict.fromkeys(exp.modes)
+        if len(raw) != len(exp.modes):
+            errors.append((("experiments", index, "modes"), "a mode is listed twice"))
+    else:
+        raw = exp.modes
+    if not raw:
+        errors.append((("experiments", index, "modes"), f"no modes given and kind {exp.kind} has no default"))
+    validated: dict[str, dict[str, Any]] = {}
+    for mode, params in raw.items():
+        loc: Loc = ("experiments", index, "modes", mode)
+        model = kind.modes.get(mode)
+        if model is None:
+            errors.append((loc, f"unknown mode for kind {exp.kind} (known: {', '.join(kind.modes)})"))
+            continue
+        try:
+            validated[mode] = model.model_validate(params or {}).model_dump(mode="json")
+        except ValidationError as exc:
+            errors.extend(_errors_of(exc, loc))
+    return validated, errors
+
+
+def _resolve_hosts(inventory: Path, pattern: str) -> list[str]:
+    from runner.inventory import Inventory  # ansible import costs ~0.3 s: only when needed
+
+    return Inventory(inventory).hosts(pattern)
+
+
+def load_campaign(path: Path, *, check_hosts: bool = True) -> LoadedCampaign:
+    """Read, validate and resolve a campaign file, or raise ``SpecError`` with every problem."""
+    name = str(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError([f"{name}: cannot read campaign file: {exc.strerror}"]) from exc
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        raise SpecError([f"{name}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from exc
+    if not isinstance(data, dict) or node is None:
+        raise SpecError([f"{name}:1: a campaign must be a YAML mapping"])
+    lines = _line_map(node)
+
+    def fail(errors: list[tuple[Loc, str]]) -> SpecError:
+        errors = sorted(errors, key=lambda e: _line_for(lines, e[0]))
+        return SpecError([f"{name}:{_line_for(lines, loc)}: {_format_loc(loc)}: {msg}" for loc, msg in errors])
+
+    try:
+        campaign = Campaign.model_validate(data)
+    except ValidationError as exc:
+        raise fail(_errors_of(exc)) from exc
+
+    errors: list[tuple[Loc, str]] = []
+    modes = []
+    labels: dict[str, int] = {}
+    for i, exp in enumerate(campaign.experiments):
+        validated, mode_errors = _validate_modes(exp, i)
+        modes.append(validated)
+        errors.extend(mode_errors)
+        if exp.label in labels:
+            errors.append(((*("experiments", i), "name"), f"experiment name {exp.label!r} is used twice "
+                           f"(also experiments[{labels[exp.label]}]): give each a distinct name"))
+        labels.setdefault(exp.label, i)
+    inventory = (path.parent / campaign.inventory).resolve()
+    hosts: list[str] = []
+    if not inventory.exists():
+        errors.append((("inventory",), f"inventory {inventory} does not exist"))
+    elif check_hosts:
+        hosts = _resolve_hosts(inventory, campaign.hosts)
+        if not hosts:
+            errors.append((("hosts",), f"host pattern {campaign.hosts!r} matches no host in {inventory}"))
+    if errors:
+        raise fail(errors)
+    return LoadedCampaign(campaign, path.resolve(), text, inventory, tuple(hosts), tuple(modes))
