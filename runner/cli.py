@@ -48,6 +48,7 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
     level = logging.DEBUG if verbose else (logging.WARNING if quiet else logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S",
                         stream=sys.stderr)
+    logging.getLogger("paramiko").setLevel(logging.WARNING)  # it logs every connect at INFO
 
 
 def _print_plan(plan_dict: dict[str, object], as_json: bool) -> None:

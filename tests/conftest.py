@@ -1,0 +1,25 @@
+"""Shared fixtures: campaign files written per test next to a copy of the local inventory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def write_campaign(tmp_path: Path) -> Callable[[str], Path]:
+    """Write campaign text next to a copy of the local inventory; return the file's path."""
+    inv = tmp_path / "inventory"
+    inv.mkdir(exist_ok=True)
+    (inv / "hosts.yml").write_text((REPO / "inventory/local/hosts.yml").read_text())
+
+    def write(text: str, name: str = "campaign.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return write

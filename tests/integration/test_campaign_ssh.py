@@ -1,0 +1,137 @@
+"""A campaign across two real SSH hosts through real ansible-runner: lost host, resume, Ctrl-C."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.sshd_hosts import SshHostSet
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def campaign(tmp_path: Path, seconds: float, repeats: int) -> Path:
+    path = tmp_path / "campaign.yaml"
+    path.write_text(f"""\
+name: ssh-drill
+inventory: inventory
+hosts: nodes
+remote_dir: {tmp_path / 'remote'}
+experiments:
+  - kind: selftest
+    modes:
+      sleep: {{seconds: {seconds}, interval_s: 0.2}}
+    repeats: {repeats}
+""")
+    return path
+
+
+def start_runner(path: Path, results: Path, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.Popen([sys.executable, "-m", "runner", str(path), "--plain", "--results", str(results),
+                             *extra], cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+
+
+def records(results: Path) -> dict[str, dict[str, object]]:
+    out = {}
+    for path in (results / "trials").glob("*/trial.json"):
+        record = json.loads(path.read_text())
+        out[record["id"]] = record
+    return out
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def status_of(results: Path, trial: str) -> object:
+    path = results / "trials" / trial / "trial.json"
+    try:
+        return json.loads(path.read_text()).get("status") if path.exists() else None
+    except ValueError:  # never happens with atomic writes; kept so a regression fails clearly
+        return "torn-write"
+
+
+def test_lost_host_fails_only_its_trials_and_a_rerun_completes_them(
+        ssh_hosts: SshHostSet, ssh_inventory: Path, tmp_path: Path) -> None:
+    path, results = campaign(tmp_path, seconds=0.5, repeats=4), tmp_path / "results"
+    h2 = ssh_hosts.hosts[1]
+    proc = start_runner(path, results)
+    wait_for(lambda: status_of(results, "selftest.sleep.r1@h2") == "ok", 120, "h2's first trial")
+    h2.stop()
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 1, out
+
+    first = records(results)
+    assert {first[f"selftest.sleep.r{i}@h1"]["status"] for i in range(1, 5)} == {"ok"}, out
+    assert first["selftest.sleep.r1@h2"]["status"] == "ok"
+    for i in (3, 4):
+        r = first[f"selftest.sleep.r{i}@h2"]
+        assert r["status"] == "failed"
+        assert str(r["reason"]).startswith("unreachable in phase run: h2"), r["reason"]
+        assert r["metrics"] == {}
+    assert (results / "trials/selftest.sleep.r1@h1/raw/h1/server.log").read_text().startswith("INFO selftest tick 1")
+    with (results / "summary.csv").open() as fh:
+        summary = list(csv.DictReader(fh))
+    assert len(summary) == 8
+    lost = [row for row in summary if row["reason"].startswith("unreachable in phase run: h2")]
+    assert len(lost) >= 2 and {row["status"] for row in lost} == {"failed"}
+
+    # Without --retry-failed nothing runs; with it, only the failed trials run.
+    h2.start()
+    again = start_runner(path, results)
+    assert again.wait(timeout=60) == 1
+    assert records(results) == first
+    retry = start_runner(path, results, "--retry-failed")
+    out, _ = retry.communicate(timeout=240)
+    assert retry.returncode == 0, out
+    second = records(results)
+    assert {r["status"] for r in second.values()} == {"ok"}
+    for trial_id, record in first.items():
+        if record["status"] == "ok":
+            assert second[trial_id]["started"] == record["started"], f"{trial_id} ran again"
+    assert len(list((results / "previous").iterdir())) == sum(r["status"] == "failed" for r in first.values())
+    run_info = json.loads((results / "run.json").read_text())
+    assert len(run_info["runs"]) == 3 and run_info["hosts"] == ["h1", "h2"]
+    assert run_info["tools"]["ansible-runner"] == "2.4.3"
+
+
+def test_sigint_cancels_running_phases_and_loses_nothing(ssh_inventory: Path, tmp_path: Path) -> None:
+    path, results = campaign(tmp_path, seconds=4, repeats=2), tmp_path / "results"
+    proc = start_runner(path, results)
+    wait_for(lambda: status_of(results, "selftest.sleep.r1@h1") == "ok", 120, "a first finished trial")
+    wait_for(lambda: status_of(results, "selftest.sleep.r2@h1") == "running", 60, "a running trial")
+    time.sleep(1.0)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert time.monotonic() - started < 30
+    first = records(results)
+    assert first["selftest.sleep.r1@h1"]["status"] == "ok"
+    assert first["selftest.sleep.r2@h1"]["status"] == "interrupted"
+    assert "running" not in {r["status"] for r in first.values()}
+
+    resumed = start_runner(path, results)
+    out, _ = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, out
+    second = records(results)
+    assert set(second) == {f"selftest.sleep.r{i}@h{h}" for i in (1, 2) for h in (1, 2)}
+    assert {r["status"] for r in second.values()} == {"ok"}
+    assert second["selftest.sleep.r1@h1"]["started"] == first["selftest.sleep.r1@h1"]["started"]

@@ -1,0 +1,67 @@
+"""Results store: atomic writes, resume decisions, earlier attempts kept."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.plan import Trial
+from runner.store import ResultsStore, atomic_write_text
+
+
+def make_trial(mode: str = "noop", params: dict[str, object] | None = None) -> Trial:
+    return Trial(id=f"x.{mode}.r1@h", host="h", experiment="x", kind="selftest", mode=mode, repeat=1,
+                 params=params or {}, engine=None, timeout_s=10)
+
+
+def test_atomic_write_leaves_old_content_when_the_write_fails(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "trial.json"
+    atomic_write_text(target, "old\n")
+
+    def boom(fd: int) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write_text(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["trial.json"]  # no temp file left behind
+
+
+@pytest.mark.parametrize(("status", "retry", "expected"), [
+    ("ok", False, False), ("skipped", False, False), ("failed", False, False), ("failed", True, True),
+    ("interrupted", False, True), ("running", False, True),
+])
+def test_resume_decisions(tmp_path: Path, status: str, retry: bool, expected: bool) -> None:
+    store = ResultsStore.open(tmp_path / "r")
+    trial = make_trial()
+    assert store.decide(trial, retry_failed=retry) == (True, "new")
+    store.begin_trial(trial.id)
+    store.save_trial(trial.id, {**trial.as_dict(), "status": status})
+    assert store.decide(trial, retry_failed=retry)[0] is expected
+
+
+def test_changed_definition_reruns_and_keeps_the_old_attempt(tmp_path: Path) -> None:
+    store = ResultsStore.open(tmp_path / "r")
+    old = make_trial(params={"seconds": 1})
+    store.begin_trial(old.id)
+    store.save_trial(old.id, {**old.as_dict(), "status": "ok"})
+    new = make_trial(params={"seconds": 2})
+    assert store.decide(new, retry_failed=False) == (True, "definition changed")
+    store.begin_trial(new.id)
+    (kept,) = (store.root / "previous").iterdir()
+    assert (kept / "trial.json").is_file()
+    assert store.load_trial(new.id) is None
+
+
+def test_fresh_moves_earlier_results_aside(tmp_path: Path) -> None:
+    root = tmp_path / "camp"
+    store = ResultsStore.open(root)
+    store.write_json("run.json", {"runs": [1]})
+    ResultsStore.open(root, fresh=True)
+    assert not (root / "run.json").exists()
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("camp.before-")]
+    assert (aside / "run.json").is_file()
