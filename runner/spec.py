@@ -142,12 +142,16 @@ def _format_loc(loc: Iterable[str | int]) -> str:
     return out or "(top)"
 
 
+def _num(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 _MESSAGES = {
     "extra_forbidden": lambda e: "unknown key",
     "missing": lambda e: "required key is missing",
-    "greater_than": lambda e: f"must be > {e['ctx']['gt']}",
-    "greater_than_equal": lambda e: f"must be >= {e['ctx']['ge']}",
-    "less_than_equal": lambda e: f"must be <= {e['ctx']['le']}",
+    "greater_than": lambda e: f"must be > {_num(e['ctx']['gt'])}",
+    "greater_than_equal": lambda e: f"must be >= {_num(e['ctx']['ge'])}",
+    "less_than_equal": lambda e: f"must be <= {_num(e['ctx']['le'])}",
     "literal_error": lambda e: f"must be one of {e['ctx']['expected']}",
     "string_pattern_mismatch": lambda e: f"must match {e['ctx']['pattern']}",
     "too_short": lambda e: "must not be empty",
@@ -181,31 +185,54 @@ def _errors_of(exc: ValidationError, prefix: Loc = ()) -> list[tuple[Loc, str]]:
 # --- validation steps -------------------------------------------------------------------------
 
 
-def _validate_modes(exp: Experiment, index: int) -> tuple[dict[str, dict[str, Any]], list[tuple[Loc, str]]]:
-    kind = KINDS[exp.kind]
+def _validate_modes(kind_name: str, raw_modes: Any, index: int
+                    ) -> tuple[dict[str, dict[str, Any]], list[tuple[Loc, str]]]:
+    """Check one experiment's modes against its kind; works on raw data so that these errors are
+    reported together with every other error of the file."""
+    kind = KINDS[kind_name]
     errors: list[tuple[Loc, str]] = []
-    if exp.modes is None:
-        raw: dict[str, dict[str, Any] | None] = dict.fromkeys(kind.default_modes)
-    elif isinstance(exp.modes, list):
-        raw = dict.fromkeys(exp.modes)
-        if len(raw) != len(exp.modes):
-            errors.append((("experiments", index, "modes"), "a mode is listed twice"))
+    loc_modes: Loc = ("experiments", index, "modes")
+    if raw_modes is None:
+        raw: dict[str, Any] = dict.fromkeys(kind.default_modes)
+    elif isinstance(raw_modes, list):
+        raw = dict.fromkeys(str(m) for m in raw_modes)
+        if len(raw) != len(raw_modes):
+            errors.append((loc_modes, "a mode is listed twice"))
+    elif isinstance(raw_modes, dict):
+        raw = raw_modes
     else:
-        raw = exp.modes
+        return {}, []  # a wrong type is reported by the Campaign model
     if not raw:
-        errors.append((("experiments", index, "modes"), f"no modes given and kind {exp.kind} has no default"))
+        errors.append((loc_modes, f"no modes given and kind {kind_name} has no default"))
     validated: dict[str, dict[str, Any]] = {}
     for mode, params in raw.items():
-        loc: Loc = ("experiments", index, "modes", mode)
+        loc: Loc = (*loc_modes, mode)
         model = kind.modes.get(mode)
         if model is None:
-            errors.append((loc, f"unknown mode for kind {exp.kind} (known: {', '.join(kind.modes)})"))
+            errors.append((loc, f"unknown mode for kind {kind_name} (known: {', '.join(kind.modes)})"))
+            continue
+        if params is not None and not isinstance(params, dict):
+            errors.append((loc, "mode parameters must be a mapping"))
             continue
         try:
             validated[mode] = model.model_validate(params or {}).model_dump(mode="json")
         except ValidationError as exc:
             errors.extend(_errors_of(exc, loc))
     return validated, errors
+
+
+def _check_modes(data: dict[str, Any]) -> tuple[list[dict[str, dict[str, Any]]], list[tuple[Loc, str]]]:
+    experiments = data.get("experiments")
+    modes: list[dict[str, dict[str, Any]]] = []
+    errors: list[tuple[Loc, str]] = []
+    for i, exp in enumerate(experiments if isinstance(experiments, list) else []):
+        if isinstance(exp, dict) and exp.get("kind") in KINDS:
+            validated, mode_errors = _validate_modes(str(exp["kind"]), exp.get("modes"), i)
+        else:
+            validated, mode_errors = {}, []
+        modes.append(validated)
+        errors.extend(mode_errors)
+    return modes, errors
 
 
 def _resolve_hosts(inventory: Path, pattern: str) -> list[str]:
@@ -236,18 +263,14 @@ def load_campaign(path: Path, *, check_hosts: bool = True) -> LoadedCampaign:
         errors = sorted(errors, key=lambda e: _line_for(lines, e[0]))
         return SpecError([f"{name}:{_line_for(lines, loc)}: {_format_loc(loc)}: {msg}" for loc, msg in errors])
 
+    modes, errors = _check_modes(data)
     try:
         campaign = Campaign.model_validate(data)
     except ValidationError as exc:
-        raise fail(_errors_of(exc)) from exc
+        raise fail(_errors_of(exc) + errors) from exc
 
-    errors: list[tuple[Loc, str]] = []
-    modes = []
     labels: dict[str, int] = {}
     for i, exp in enumerate(campaign.experiments):
-        validated, mode_errors = _validate_modes(exp, i)
-        modes.append(validated)
-        errors.extend(mode_errors)
         if exp.label in labels:
             errors.append(((*("experiments", i), "name"), f"experiment name {exp.label!r} is used twice "
                            f"(also experiments[{labels[exp.label]}]): give each a distinct name"))

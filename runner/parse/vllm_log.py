@@ -1,0 +1,835 @@
+"""Parse a vLLM server log into startup phases, periodic stats and error labels.
+
+The parser is pure (text in, dict out) and tolerant of the format drift between vLLM
+versions listed in ``../shared/reference/anchors.md`` §4: ``took``/``takes``,
+``GiB memory``/``GiB``/old ``GB``, merged or separate KV-capacity lines, thousands
+separators, V0 and V1 stats lines (including the DEBUG ones logged when idle), every era of
+line prefix (``[file.py:N]``, ``file.py:N]``, none; process prefixes such as
+``(EngineCore_DP0 pid=1)``, nested ``(APIServer pid=1) (EngineCore pid=7)``, docker-compose
+``vllm-1  | ``, ``docker logs -t`` timestamps), ANSI colour codes, ``\\r``-separated progress
+bars and optional milliseconds in timestamps.
+
+Output rules (see :func:`parse_log_text`):
+
+* A measurement key is present only when its line was found; an absent line means the key is
+  omitted, never ``0`` or ``None``. ``stats``, ``stats_count``, ``errors`` and ``missing`` are
+  always present (an empty list / zero count is a fact, not a missing measurement).
+* With TP>1 (or several DP engines) the startup lines repeat once per worker. Durations and
+  memory sizes take the **maximum** across workers (the slowest worker gates startup);
+  capacities (``available_kv_cache_gib``, ``kv_cache_tokens``, ``max_concurrency``) take the
+  **minimum** (the smallest worker bounds the engine, as vLLM itself does).
+  ``inductor_compile_s`` sums the ``Compiling a graph ... takes`` lines per process, then
+  takes the maximum over processes.
+* Sleep/wake values are those of the **last** cycle; ``sleep_events`` lists every cycle.
+* ``phase_ts`` maps a phase to the timestamp (``"MM-DD HH:MM:SS.mmm"``) of the **last** line
+  of that phase (the slowest worker), except ``shutdown`` which is the first shutdown line.
+  When the log has no milliseconds, ``.000`` is appended and ``ts_has_ms`` is ``False``.
+* ``compile_cache_hit`` is ``True`` when any ``Directly load ...`` line is seen (compiled
+  graph loaded from the cache, or AOT compilation loaded from a path), ``False`` when a
+  ``Compiling a graph for ... takes`` line is seen and no hit, omitted otherwise.
+* The hit rates in ``stats`` are vLLM's own, token-weighted over the **most recent 1000
+  requests** (hence ``prefix_hit_pct_rolling1000``); V0 logs report a block-level rate since
+  start (``gpu_prefix_hit_pct_v0``). Neither is a per-run rate: use the ``/metrics`` counter
+  deltas in :mod:`runner.parse.metrics` for that.
+
+Error labels (``errors``, sorted, unique): ``worker_died``, ``engine_core_died``,
+``cuda_oom``, ``kv_spec_unify``, ``engine_core_failed`` (initialisation failed),
+``engine_core_fatal`` (a runtime ``EngineCore encountered a fatal error``), ``engine_dead``,
+``kv_cache_insufficient``, ``oom_killer`` (kernel OOM-killer lines), ``cuda_error``,
+``nccl_error``, ``port_in_use``. Errors logged after the first shutdown line (``[shutdown]``,
+uvicorn ``Shutting down``) go to ``errors_after_shutdown`` instead: a stop that the runner
+asked for makes vLLM log ``EngineDeadError`` and friends, which are not failures. Request-log
+lines (``Received request ...``) are never scanned for errors, since they carry user text.
+
+``missing`` (only when the log shows a server start, i.e. a ``non-default args``, engine
+config, version, weight-load, KV-cache, compile or init-engine line): the expected startup
+lines that were not found, among ``weights_load_s``, ``model_load_s``, ``compile``
+(satisfied by ``compile_s``, by enforce-eager evidence, or by a V0 engine, which has no
+torch.compile step), ``graph_capture_s`` (not expected under enforce-eager: ``'enforce_eager':
+True`` in ``non-default args``, ``enforce_eager=True`` in the engine config, ``Enforce eager
+set`` or ``Cudagraph is disabled under eager mode``), ``init_engine_s``, ``kv_cache_tokens``
+(satisfied by V0's ``# GPU blocks`` line) and ``api_server_ready``. A start that died early lists
+every later phase as missing; the ``errors`` labels say why.
+
+A text is a vLLM log when at least one line carries vLLM's prefix (level and ``MM-DD
+HH:MM:SS`` timestamp) or a known vLLM message is found; otherwise :class:`ParseError` is
+raised. One server start per log is assumed (a file appended across restarts mixes them).
+
+Speed: one combined keyword search over the whole text picks candidate lines; only those go
+through the prefix and message regexes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import re
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from runner.errors import ParseError
+
+__all__ = ["ERROR_LABELS", "EXPECTED_STARTUP", "parse_log_file", "parse_log_text"]
+
+log = logging.getLogger(__name__)
+
+# ----------------------------------------------------------------------------------------------
+# Line prefix and candidate selection
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+# Everything that may precede vLLM's "LEVEL MM-DD HH:MM:SS [file.py:N] " prefix.
+_PREFIX_BODY = (
+    r"[ \t]*"
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ \S+: )?"  # syslog/journald
+    r"(?:[\w.@-]+[ \t]*\|[ \t]?)?"  # docker-compose "vllm-1  | "
+    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?[ \t]+)?"  # docker logs --timestamps
+    r"(?:\((?P<proc>[A-Za-z_][^()]*)\)[ \t]*)*"  # (APIServer pid=1) (EngineCore pid=7)
+    r"(?P<lvl>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+"
+    r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)[ \t]+"
+    r"(?:\[?[\w.<>/-]+:\d+\][ \t]*)?"  # [core.py:123] / core.py:123] / nothing
+)
+_PREFIX = re.compile(_PREFIX_BODY)
+_PREFIX_ML = re.compile(r"^" + _PREFIX_BODY, re.MULTILINE)
+_PID = re.compile(r"pid=(\d+)")
+
+# Literal keywords: a line is looked at only when it contains one of them. Every message
+# handled below and every error pattern must contain at least one keyword.
+_KEYWORDS = (
+    "took", "takes", "Graph capturing", "Dynamo bytecode", "Directly load",
+    "Using cache directory", "cache is disabled", "KV cache", "Maximum concurrency", "blocks: ",
+    "Sleep mode", "throughput:", "hit rate:", "Starting vLLM", "Available routes",
+    "startup complete", "non-default args", "with config", "server version", "eager",
+    "JIT monitor", "shutdown]", "Shutting down", "emory", "oom-kill", "oom_reaper", "died",
+    "initialization failed", "failed to start", "fatal error", "EngineDead", "already dead",
+    "CUDA error", "NCCL error", "already in use",
+)  # fmt: skip
+
+
+def _trie_pattern(words: tuple[str, ...]) -> str:
+    """An alternation of literal ``words`` factored by common prefixes (faster in ``re``)."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        alts = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(trie)
+
+
+_CANDIDATE = re.compile(_trie_pattern(_KEYWORDS))
+
+# Messages recognised in lines without vLLM's prefix (custom logging formats, uvicorn).
+_KNOWN_MSG = re.compile(
+    r"Loading weights took|Loading model weights took|Model loading took|torch\.compile t|"
+    r"Dynamo bytecode|Directly load|Compiling a graph for|Using cache directory|"
+    r"init engine \(|Initial profiling|Memory profiling|Available KV cache memory|GPU KV cache size|"
+    r"Maximum concurrency for|# (?:GPU|cuda|gpu) blocks|Graph capturing finished|It took [\d.]+ seconds to|"
+    r"Sleep mode freed|Engine \d+: Avg|\d+ Engines Aggregated:|Avg prompt throughput|"
+    r"Prefix cache hit rate: GPU|Starting vLLM|Available routes are|Application startup complete|"
+    r"Shutting down|non-default args|Initializing an? (?:V1 )?LLM engine|vLLM API server version|"
+    r"Cudagraph is disabled|Enforce eager set|Kernel JIT monitor"
+)
+# Messages from uvicorn/starlette: handled, but not evidence that the text is a vLLM log.
+_GENERIC_WORDS = frozenset({"Application", "Shutting"})
+
+_REQUEST_LOG = ("Received request", "Added request", "Finished request", "Aborted request",
+                "Generated response")  # fmt: skip
+
+# ----------------------------------------------------------------------------------------------
+# Message regexes (matched at the start of the message)
+
+_RE_WEIGHTS = re.compile(r"Loading weights took ([\d.]+) s")
+_RE_OLD_WEIGHTS = re.compile(r"Loading model weights took ([\d.]+) GB")
+_RE_MODEL_LOAD = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and ([\d.]+) s")
+_RE_COMPILE_TOTAL = re.compile(r"torch\.compile (?:took|takes) ([\d.]+) s in total")
+_RE_COMPILE_OFF = re.compile(r"vLLM's torch\.compile cache is disabled")
+_RE_DYNAMO = re.compile(r"Dynamo bytecode transform time: ([\d.]+) s")
+_RE_DIRECT = re.compile(r"Directly load (?:the compiled graph|AOT compilation)")
+_RE_TOOK_S = re.compile(r"took ([\d.]+) s")
+_RE_COMPILING = re.compile(r"Compiling a graph for .*? takes ([\d.]+) s")
+_RE_CACHE_DIR = re.compile(r"Using cache directory: (.+?) for vLLM's torch\.compile")
+_RE_INIT_ENGINE = re.compile(
+    r"init engine \([^)]*\) took ([\d.]+) s(?:econds)?(?: \(compilation: ([\d.]+) s\))?"
+)
+_RE_PROFILE_WARMUP = re.compile(r"Initial profiling/warmup run took ([\d.]+) s")
+_RE_MEM_PROFILING = re.compile(r"Memory profiling (?:takes ([\d.]+) seconds|results: .*?duration=([\d.]+) s)")
+_RE_AVAIL_KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+_RE_KV_SIZE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_RE_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_RE_BLOCKS = re.compile(r"# (?:GPU|cuda|gpu) blocks: (\d+), # CPU blocks: (\d+)")
+_RE_GRAPH = re.compile(r"Graph capturing finished in ([\d.]+) secs?(?:, took ([\d.]+) GiB)?")
+_RE_SLEEP = re.compile(r"It took ([\d.]+) seconds to fall asleep")
+_RE_WAKE = re.compile(r"It took ([\d.]+) seconds to wake up(?: tags (.*))?")
+_RE_QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
+_RE_SLEEP_FREED = re.compile(r"Sleep mode freed ([\d.]+) GiB memory, ([\d.]+) GiB memory is still in use")
+_RE_STATS_FIELD = re.compile(r"([A-Z][A-Za-z ]*?): (\d+(?:\.\d+)?)")
+_RE_ENGINE_PREFIX = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated):[ \t]*")
+_RE_V0_PREFIX_HIT = re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%, CPU: ([\d.]+)%")
+_RE_API_READY = re.compile(r"Starting vLLM (?:API )?server|Available routes are|Application startup complete")
+_RE_ENGINE_CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v?([^)\s]+)\) with config:")
+_RE_SERVER_VERSION = re.compile(r"vLLM API server version (\S+)")
+_RE_CFG_EAGER = re.compile(r"enforce_eager=(True|False)")
+_RE_CFG_TP = re.compile(r"tensor_parallel_size=(\d+)")
+_RE_CFG_MODEL = re.compile(r"model='([^']*)'")
+_RE_ARGS_EAGER = re.compile(r"'enforce_eager': (True|False)")
+_RE_EAGER_MSG = re.compile(r"Cudagraph is disabled under eager mode|Enforce eager set")
+
+# Stats fields ("Key: value" parts of a stats line) → (output key, type).
+_STATS_FIELDS: dict[str, tuple[str, type]] = {
+    "Avg prompt throughput": ("prompt_tput_tok_s", float),
+    "Avg generation throughput": ("gen_tput_tok_s", float),
+    "Running": ("running_reqs", int),
+    "Waiting": ("waiting_reqs", int),
+    "Pending": ("waiting_reqs", int),  # V0 name for waiting
+    "Swapped": ("swapped_reqs", int),
+    "Deferred": ("deferred_reqs", int),
+    "Preemptions": ("preemptions", int),
+    "Corrupted": ("corrupted_reqs", int),
+    "GPU KV cache usage": ("kv_usage_pct", float),
+    "CPU KV cache usage": ("cpu_kv_usage_pct", float),
+    "Prefix cache hit rate": ("prefix_hit_pct_rolling1000", float),
+    "External prefix cache hit rate": ("external_prefix_hit_pct_rolling1000", float),
+    "MM cache hit rate": ("mm_cache_hit_pct_rolling", float),
+}
+
+# ----------------------------------------------------------------------------------------------
+# Errors
+
+_ERROR_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("cuda_oom", r"CUDA out of memory|OutOfMemoryError"),
+    ("oom_killer", r"Out of memory: Kill|oom-kill|oom_reaper"),
+    ("worker_died", r"Worker ?[Pp]roc(?:ess)?\b.*?\bdied\b"),
+    ("engine_core_died", r"Engine ?[Cc]ore proc \S+ died"),
+    ("kv_spec_unify", r"KV cache specs? to one unified type"),
+    ("engine_core_failed", r"Engine core initialization failed|EngineCore failed to start"),
+    ("engine_core_fatal", r"EngineCore encountered a fatal error"),
+    ("engine_dead", r"EngineDeadError|MQLLMEngine is already dead"),
+    ("kv_cache_insufficient",
+     r"No available memory for the cache blocks|larger than the available KV cache memory"),
+    ("cuda_error", r"CUDA error: "),
+    ("nccl_error", r"NCCL error"),
+    ("port_in_use", r"[Aa]ddress already in use"),
+)  # fmt: skip
+ERROR_LABELS: tuple[str, ...] = tuple(sorted(label for label, _ in _ERROR_PATTERNS))
+_ERRORS = re.compile("|".join(f"(?P<{label}>{pattern})" for label, pattern in _ERROR_PATTERNS))
+
+EXPECTED_STARTUP: tuple[str, ...] = (
+    "weights_load_s",
+    "model_load_s",
+    "compile",
+    "graph_capture_s",
+    "init_engine_s",
+    "kv_cache_tokens",
+    "api_server_ready",
+)
+
+_MAX_KEYS = (
+    "weights_load_s", "model_load_s", "model_load_gib", "dynamo_transform_s", "compile_cache_load_s",
+    "compile_s", "profile_warmup_s", "memory_profiling_s", "graph_capture_s", "graph_capture_gib",
+    "init_engine_s", "init_engine_compilation_s",
+)  # fmt: skip
+_MIN_KEYS = ("available_kv_cache_gib", "kv_cache_tokens", "max_concurrency", "gpu_blocks", "cpu_blocks")
+
+
+def _norm_ts(ts: str) -> str:
+    """``MM-DD HH:MM:SS[.f]`` or ``MM-DD HH:MM:SS,f`` → ``MM-DD HH:MM:SS.mmm``."""
+    if len(ts) <= 14:
+        return ts + ".000"
+    return f"{ts[:14]}.{(ts[15:] + '000')[:3]}"
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+Handler = Callable[[str, str | None, str | None], bool]
+
+
+class _Collector:
+    """Accumulates what the handlers find; :meth:`result` builds the output dict."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+        self.first: dict[str, Any] = {}
+        self.last: dict[str, Any] = {}
+        self.phase_ts: dict[str, str] = {}
+        self.inductor: dict[str, float] = {}
+        self.stats: list[dict[str, Any]] = []
+        self.sleep_events: list[dict[str, Any]] = []
+        self.errors: set[str] = set()
+        self.errors_after_shutdown: set[str] = set()
+        self.compile_hit = False
+        self.compile_miss = False
+        self.eager: bool | None = None
+        self.v0_engine = False
+        self.startup_seen = False
+        self.api_ready = False
+        self.shutdown = False
+        self.evidence = 0
+        self.dispatch: dict[str, Handler] = {
+            "Loading": self._loading,
+            "Model": self._model_loading,
+            "torch.compile": self._compile_total,
+            "vLLM's": self._compile_off,
+            "Dynamo": self._dynamo,
+            "Directly": self._direct_load,
+            "Compiling": self._compiling,
+            "Using": self._cache_dir,
+            "init": self._init_engine,
+            "Initial": self._profile_warmup,
+            "Memory": self._memory_profiling,
+            "Available": self._available,
+            "GPU": self._kv_size,
+            "Maximum": self._max_concurrency,
+            "#": self._blocks,
+            "Graph": self._graph,
+            "It": self._it_took,
+            "Sleep": self._sleep_freed,
+            "Engine": self._stats,
+            "Avg": self._stats,
+            "Prefix": self._v0_prefix_hit,
+            "Starting": self._api_ready,
+            "Application": self._api_ready,
+            "non-default": self._non_default_args,
+            "Initializing": self._engine_config,
+            "vLLM": self._server_version,
+            "Cudagraph": self._eager_msg,
+            "Enforce": self._eager_msg,
+            "Kernel": self._jit_monitor,
+            "Shutting": self._shutdown,
+            "[shutdown]": self._shutdown,
+        }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _max(self, key: str, value: float) -> None:
+        old = self.values.get(key)
+        if old is None or value > old:
+            self.values[key] = value
+
+    def _min(self, key: str, value: float) -> None:
+        old = self.values.get(key)
+        if old is None or value < old:
+            self.values[key] = value
+
+    def _phase(self, name: str, ts: str | None) -> None:
+        if ts is not None:
+            self.phase_ts[name] = ts
+
+    # -- line entry point -------------------------------------------------------------------
+
+    def feed(self, line: str) -> None:
+        m = _PREFIX.match(line)
+        proc: str | None = None
+        if m is not None:
+            self.evidence += 1
+            ts: str | None = m.group("ts")
+            if len(ts) != 18 or ts[14] != ".":  # already "MM-DD HH:MM:SS.mmm" in the common case
+                ts = _norm_ts(ts)
+            proc = m.group("proc")
+            msg = line[m.end() :]
+            if msg.startswith(_REQUEST_LOG):
+                return
+        else:
+            ts = None
+            k = _KNOWN_MSG.search(line)
+            msg = line[k.start() :] if k is not None else ""
+        if msg:
+            sp = msg.find(" ")
+            word = msg[:sp] if sp > 0 else msg
+            handler = self.dispatch.get(word)
+            if handler is None and word.isdigit():
+                handler = self._stats
+            if handler is not None and handler(msg, ts, proc):
+                if m is None and word not in _GENERIC_WORDS:
+                    self.evidence += 1
+                return
+        if "[shutdown]" in line:
+            self._shutdown(msg, ts, proc)
+            return
+        for err in _ERRORS.finditer(line):
+            label = err.lastgroup
+            if label is not None:
+                (self.errors_after_shutdown if self.shutdown else self.errors).add(label)
+
+    # -- handlers: each returns True when it recognised the message ---------------------------
+
+    def _loading(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_WEIGHTS.match(msg)
+        if m is not None:
+            self._max("weights_load_s", float(m.group(1)))
+            self._phase("weights_load", ts)
+            self.startup_seen = True
+            return True
+        m = _RE_OLD_WEIGHTS.match(msg)
+        if m is not None:
+            self._max("model_load_gib", float(m.group(1)))
+            self._phase("model_load", ts)
+            self.startup_seen = True
+            return True
+        return False
+
+    def _model_loading(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_MODEL_LOAD.match(msg)
+        if m is None:
+            return False
+        self._max("model_load_gib", float(m.group(1)))
+        self._max("model_load_s", float(m.group(2)))
+        self._phase("model_load", ts)
+        self.startup_seen = True
+        return True
+
+    def _compile_total(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_COMPILE_TOTAL.match(msg)
+        if m is None:
+            return False
+        self._max("compile_s", float(m.group(1)))
+        self._phase("compile", ts)
+        self.startup_seen = True
+        return True
+
+    def _compile_off(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        if _RE_COMPILE_OFF.match(msg) is None:
+            return False
+        self.last["compile_cache_disabled"] = True
+        self.startup_seen = True
+        return True
+
+    def _dynamo(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_DYNAMO.match(msg)
+        if m is None:
+            return False
+        self._max("dynamo_transform_s", float(m.group(1)))
+        self._phase("dynamo_transform", ts)
+        self.startup_seen = True
+        return True
+
+    def _direct_load(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        if _RE_DIRECT.match(msg) is None:
+            return False
+        self.compile_hit = True
+        took = _RE_TOOK_S.search(msg)
+        if took is not None:
+            self._max("compile_cache_load_s", float(took.group(1)))
+        self._phase("compile_cache_load", ts)
+        self.startup_seen = True
+        return True
+
+    def _compiling(self, msg: str, ts: str | None, proc: str | None) -> bool:
+        m = _RE_COMPILING.match(msg)
+        if m is None:
+            return False
+        self.compile_miss = True
+        pid_m = _PID.search(proc) if proc else None
+        key = pid_m.group(1) if pid_m is not None else (proc or "")
+        self.inductor[key] = self.inductor.get(key, 0.0) + float(m.group(1))
+        self._phase("inductor_compile", ts)
+        self.startup_seen = True
+        return True
+
+    def _cache_dir(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_CACHE_DIR.match(msg)
+        if m is None:
+            return False
+        self.first.setdefault("compile_cache_dir", m.group(1))
+        self._phase("compile_cache_dir", ts)
+        self.startup_seen = True
+        return True
+
+    def _init_engine(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_INIT_ENGINE.match(msg)
+        if m is None:
+            return False
+        self._max("init_engine_s", float(m.group(1)))
+        if m.group(2) is not None:
+            self._max("init_engine_compilation_s", float(m.group(2)))
+        self._phase("init_engine", ts)
+        self.startup_seen = True
+        return True
+
+    def _profile_warmup(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_PROFILE_WARMUP.match(msg)
+        if m is None:
+            return False
+        self._max("profile_warmup_s", float(m.group(1)))
+        self._phase("profile_warmup", ts)
+        return True
+
+    def _memory_profiling(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_MEM_PROFILING.match(msg)
+        if m is None:
+            return False
+        self._max("memory_profiling_s", float(m.group(1) or m.group(2)))
+        self._phase("memory_profiling", ts)
+        return True
+
+    def _available(self, msg: str, ts: str | None, proc: str | None) -> bool:
+        m = _RE_AVAIL_KV.match(msg)
+        if m is not None:
+            self._min("available_kv_cache_gib", float(m.group(1)))
+            self._phase("available_kv_cache", ts)
+            self.startup_seen = True
+            return True
+        return self._api_ready(msg, ts, proc)
+
+    def _kv_size(self, msg: str, ts: str | None, proc: str | None) -> bool:
+        m = _RE_KV_SIZE.match(msg)
+        if m is None:
+            return False
+        self._min("kv_cache_tokens", _num(m.group(1)))
+        self._phase("kv_cache_size", ts)
+        self.startup_seen = True
+        self._max_concurrency(msg, ts, proc, anchored=False)
+        return True
+
+    def _max_concurrency(self, msg: str, ts: str | None, _proc: str | None, *, anchored: bool = True) -> bool:
+        m = _RE_MAX_CONC.match(msg) if anchored else _RE_MAX_CONC.search(msg)
+        if m is None:
+            return False
+        self._min("max_concurrency", float(m.group(2)))
+        self.last["max_concurrency_req_tokens"] = int(_num(m.group(1)))
+        self._phase("kv_cache_size", ts)
+        self.startup_seen = True
+        return True
+
+    def _blocks(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_BLOCKS.match(msg)
+        if m is None:
+            return False
+        self._min("gpu_blocks", float(m.group(1)))
+        self._min("cpu_blocks", float(m.group(2)))
+        self._phase("kv_cache_size", ts)
+        self.startup_seen = True
+        return True
+
+    def _graph(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_GRAPH.match(msg)
+        if m is None:
+            return False
+        self._max("graph_capture_s", float(m.group(1)))
+        if m.group(2) is not None:
+            self._max("graph_capture_gib", float(m.group(2)))
+        self._phase("graph_capture", ts)
+        self.startup_seen = True
+        return True
+
+    def _it_took(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_SLEEP.match(msg)
+        if m is not None:
+            value = float(m.group(1))
+            self.last["sleep_s"] = value
+            event: dict[str, Any] = {"event": "sleep", "s": value}
+            if ts is not None:
+                event["ts"] = ts
+            self.sleep_events.append(event)
+            self._phase("sleep", ts)
+            return True
+        m = _RE_WAKE.match(msg)
+        if m is None:
+            return False
+        value = float(m.group(1))
+        self.last["wake_s"] = value
+        event = {"event": "wake", "s": value}
+        tags = sorted(a or b for a, b in _RE_QUOTED.findall(m.group(2) or ""))
+        if tags:
+            event["tags"] = tags
+            self.last["wake_tags"] = tags
+        else:
+            self.last.pop("wake_tags", None)
+        if ts is not None:
+            event["ts"] = ts
+        self.sleep_events.append(event)
+        self._phase("wake", ts)
+        return True
+
+    def _sleep_freed(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_SLEEP_FREED.match(msg)
+        if m is None:
+            return False
+        self.last["sleep_freed_gib"] = float(m.group(1))
+        self.last["sleep_still_in_use_gib"] = float(m.group(2))
+        return True
+
+    def _stats(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        entry: dict[str, Any] = {}
+        body = msg
+        pm = _RE_ENGINE_PREFIX.match(msg)
+        if pm is not None:
+            entry["engine"] = pm.group(1) if pm.group(1) is not None else "aggregated"
+            body = msg[pm.end() :]
+        if not body.startswith("Avg prompt throughput"):
+            return False
+        if ts is not None:
+            entry["ts"] = ts
+        get = _STATS_FIELDS.get
+        for key, value in _RE_STATS_FIELD.findall(body):
+            spec = get(key)
+            if spec is not None:
+                try:
+                    entry[spec[0]] = spec[1](value)
+                except ValueError:  # e.g. "1.0" for an int field
+                    entry[spec[0]] = spec[1](float(value))
+        self.stats.append(entry)
+        return True
+
+    def _v0_prefix_hit(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_V0_PREFIX_HIT.match(msg)
+        if m is None:
+            return False
+        last = self.stats[-1] if self.stats else None
+        if last is None or "gpu_prefix_hit_pct_v0" in last:
+            last = {"ts": ts} if ts is not None else {}
+            self.stats.append(last)
+        last["gpu_prefix_hit_pct_v0"] = float(m.group(1))
+        last["cpu_prefix_hit_pct_v0"] = float(m.group(2))
+        return True
+
+    def _api_ready(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        if _RE_API_READY.match(msg) is None:
+            return False
+        self.api_ready = True
+        self._phase("api_server_ready", ts)
+        return True
+
+    def _non_default_args(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        if not msg.startswith("non-default args"):
+            return False
+        m = _RE_ARGS_EAGER.search(msg)
+        if m is not None:
+            self._set_eager(m.group(1) == "True")
+        self._phase("non_default_args", ts)
+        self.startup_seen = True
+        return True
+
+    def _engine_config(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_ENGINE_CONFIG.match(msg)
+        if m is None:
+            return False
+        self.first.setdefault("vllm_version", m.group(1))
+        self.v0_engine = " V1 " not in msg[:30]
+        for regex, key in ((_RE_CFG_MODEL, "model"), (_RE_CFG_TP, "tensor_parallel_size")):
+            found = regex.search(msg)
+            if found is not None:
+                self.first.setdefault(key, int(found.group(1)) if key != "model" else found.group(1))
+        eager = _RE_CFG_EAGER.search(msg)
+        if eager is not None:
+            self._set_eager(eager.group(1) == "True")
+        self._phase("engine_init_start", ts)
+        self.startup_seen = True
+        return True
+
+    def _server_version(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        m = _RE_SERVER_VERSION.match(msg)
+        if m is None:
+            return False
+        self.first.setdefault("vllm_version", m.group(1))
+        self.startup_seen = True
+        return True
+
+    def _set_eager(self, value: bool) -> None:
+        # Any positive evidence wins over a default False seen elsewhere.
+        self.eager = value or bool(self.eager)
+
+    def _eager_msg(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        if _RE_EAGER_MSG.match(msg) is None:
+            return False
+        self._set_eager(True)
+        return True
+
+    def _jit_monitor(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        if not msg.startswith("Kernel JIT monitor"):
+            return False
+        self._phase("jit_monitor", ts)
+        return True
+
+    def _shutdown(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+        if not (msg.startswith(("[shutdown]", "Shutting down")) or "[shutdown]" in msg):
+            return False
+        if not self.shutdown:
+            self.shutdown = True
+            if ts is not None:
+                self.phase_ts["shutdown"] = ts
+        return True
+
+    # -- result -----------------------------------------------------------------------------
+
+    def result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in ("vllm_version", "model", "tensor_parallel_size"):
+            if key in self.first:
+                out[key] = self.first[key]
+        if self.eager is not None:
+            out["enforce_eager"] = self.eager
+        v = self.values
+        for key in ("weights_load_s", "model_load_s", "model_load_gib"):
+            if key in v:
+                out[key] = v[key]
+        if "compile_cache_dir" in self.first:
+            out["compile_cache_dir"] = self.first["compile_cache_dir"]
+        if "compile_cache_disabled" in self.last:
+            out["compile_cache_disabled"] = True
+        if "dynamo_transform_s" in v:
+            out["dynamo_transform_s"] = v["dynamo_transform_s"]
+        if self.compile_hit or self.compile_miss:
+            out["compile_cache_hit"] = self.compile_hit
+        if "compile_cache_load_s" in v:
+            out["compile_cache_load_s"] = v["compile_cache_load_s"]
+        if self.inductor:
+            out["inductor_compile_s"] = round(max(self.inductor.values()), 6)
+        for key in ("compile_s", "profile_warmup_s", "memory_profiling_s", "available_kv_cache_gib"):
+            if key in v:
+                out[key] = v[key]
+        for key in ("kv_cache_tokens", "gpu_blocks", "cpu_blocks"):
+            if key in v:
+                out[key] = int(v[key])
+        if "max_concurrency" in v:
+            out["max_concurrency"] = v["max_concurrency"]
+            out["max_concurrency_req_tokens"] = self.last["max_concurrency_req_tokens"]
+        for key in ("graph_capture_s", "graph_capture_gib", "init_engine_s", "init_engine_compilation_s"):
+            if key in v:
+                out[key] = v[key]
+        if self.api_ready:
+            out["api_server_ready"] = True
+        for key in ("sleep_s", "wake_s", "wake_tags", "sleep_freed_gib", "sleep_still_in_use_gib"):
+            if key in self.last:
+                out[key] = self.last[key]
+        if self.sleep_events:
+            out["sleep_events"] = self.sleep_events
+        out["stats"] = self.stats
+        out["stats_count"] = len(self.stats)
+        for out_key, fields in (
+            ("last_prefix_cache_hit_pct", ("prefix_hit_pct_rolling1000", "gpu_prefix_hit_pct_v0")),
+            ("last_external_prefix_cache_hit_pct", ("external_prefix_hit_pct_rolling1000",)),
+        ):
+            for entry in reversed(self.stats):
+                found = next((entry[f] for f in fields if f in entry), None)
+                if found is not None:
+                    out[out_key] = found
+                    break
+        if self.shutdown:
+            out["shutdown_seen"] = True
+        if self.phase_ts:
+            out["phase_ts"] = self.phase_ts
+        out["errors"] = sorted(self.errors)
+        if self.errors_after_shutdown:
+            out["errors_after_shutdown"] = sorted(self.errors_after_shutdown)
+        out["missing"] = self._missing(out)
+        return out
+
+    def _missing(self, out: dict[str, Any]) -> list[str]:
+        if not self.startup_seen:
+            return []
+        missing: list[str] = []
+        for key in EXPECTED_STARTUP:
+            if key == "compile":
+                present = "compile_s" in out or bool(self.eager) or self.v0_engine
+            elif key == "graph_capture_s":
+                present = key in out or bool(self.eager)
+            elif key == "kv_cache_tokens":
+                present = key in out or "gpu_blocks" in out
+            else:
+                present = key in out
+            if not present:
+                missing.append(key)
+        return missing
+
+
+def _iter_candidates(text: str) -> Iterator[str]:
+    """Yield the lines (split on ``\\n`` and ``\\r``) that contain a keyword."""
+    search = _CANDIDATE.search
+    find = text.find
+    rfind = text.rfind
+    n = len(text)
+    pos = 0
+    while True:
+        m = search(text, pos)
+        if m is None:
+            return
+        hit = m.start()
+        start = rfind("\n", 0, hit) + 1
+        cr = rfind("\r", start, hit)
+        if cr >= 0:
+            start = cr + 1
+        end = find("\n", m.end())
+        if end < 0:
+            end = n
+        cr = find("\r", m.end(), end)
+        if cr >= 0:
+            end = cr
+        yield text[start:end]
+        pos = end + 1
+
+
+def _edge_ts(text: str) -> tuple[str, str, bool] | None:
+    """First and last timestamps of lines carrying vLLM's prefix, and whether they have ms."""
+    first = _PREFIX_ML.search(text)
+    if first is None:
+        return None
+    window = 1 << 16
+    last = first
+    while True:
+        start = max(first.end(), len(text) - window)
+        tail = deque(_PREFIX_ML.finditer(text, start), maxlen=1)
+        if tail:
+            last = tail[0]
+            break
+        if start == first.end():
+            break
+        window *= 8
+    raw = first.group("ts")
+    return _norm_ts(raw), _norm_ts(last.group("ts")), len(raw) > 14
+
+
+def parse_log_text(text: str, *, source: str = "<text>") -> dict[str, Any]:
+    """Parse the text of a vLLM server log (see the module docstring for the output).
+
+    Raises :class:`ParseError` (naming ``source``) when no vLLM log line is found.
+    """
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    collector = _Collector()
+    for line in _iter_candidates(text):
+        collector.feed(line)
+    edges = _edge_ts(text)
+    if edges is None and collector.evidence == 0:
+        raise ParseError(source, "no vLLM log lines found")
+    out: dict[str, Any] = {}
+    if edges is not None:
+        out["first_ts"], out["last_ts"], out["ts_has_ms"] = edges
+    out.update(collector.result())
+    log.debug("%s: %d stats lines, errors=%s", source, out["stats_count"], out["errors"])
+    return out
+
+
+def parse_log_file(path: Path) -> dict[str, Any]:
+    """Read and parse a vLLM log file (plain or gzip-compressed).
+
+    Raises :class:`ParseError` when the file is unreadable, empty, binary, or not a vLLM log.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ParseError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ParseError(str(path), f"corrupt gzip file: {exc}") from exc
+    if not data.strip():
+        raise ParseError(str(path), "empty file: no vLLM log lines found")
+    if b"\x00" in data[:65536]:
+        raise ParseError(str(path), "binary file: no vLLM log lines found")
+    return parse_log_text(data.decode("utf-8", errors="replace"), source=str(path))

@@ -1,0 +1,129 @@
+"""Campaigns on the local inventory (connection: local) through real ansible-runner."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from runner.cli import main
+from runner.inventory import Connection
+from runner.livelog import LogFollower
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_default_campaign_runs_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "results"
+    assert main([str(REPO / "campaigns/local.yaml"), "--quiet", "--results", str(results)]) == 0
+    with (results / "summary.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    facts = json.loads((results / "hosts/localhost/facts.json").read_text())
+    assert facts["memory"]["total_bytes"] > 0 and facts["gpus"] == []
+    trial = json.loads((results / "trials/overhead.noop.r1@localhost/trial.json").read_text())
+    assert trial["host_facts"] == facts  # provenance: every trial carries its host's facts
+    assert rows[0]["mem_total_gib"] and float(rows[0]["mem_total_gib"]) > 0
+    report = (results / "report.md").read_text()
+    assert "| localhost | none |" in report and "overhead.noop.r3@localhost" in report
+    run = json.loads((results / "run.json").read_text())
+    assert run["tools"]["ansible-core"] == "2.19.14" and run["inventory"]["files"] == 1
+    assert "local: ok 4" in capsys.readouterr().out
+
+
+def test_failed_and_skipped_trials_are_rows_with_reasons(write_campaign: Callable[[str], Path],
+                                                         tmp_path: Path) -> None:
+    path = write_campaign("""\
+name: drills
+inventory: inventory
+experiments:
+  - kind: selftest
+    modes:
+      fail: {message: "the node said no"}
+      skip: {reason: "needs a GPU"}
+      noop:
+""")
+    results = tmp_path / "results"
+    assert main([str(path), "--quiet", "--results", str(results)]) == 1
+    with (results / "summary.csv").open() as fh:
+        rows = {r["mode"]: r for r in csv.DictReader(fh)}
+    assert rows["fail"]["status"] == "failed"
+    assert rows["fail"]["reason"] == "failed in phase run: localhost: task 'Fail on purpose': the node said no"
+    assert rows["skip"]["status"] == "skipped" and rows["skip"]["reason"] == "needs a GPU"
+    assert rows["noop"]["status"] == "ok"
+    record = json.loads((results / "trials/selftest.fail.r1@localhost/trial.json").read_text())
+    (phase,) = record["phases"]
+    assert phase["failures"][0]["task"] == "Fail on purpose" and phase["rc"] == 2
+    assert "the node said no" in (results / "report.md").read_text()
+
+    # `report` rebuilds the same files from disk alone.
+    (results / "summary.csv").unlink()
+    assert main(["report", str(results)]) == 0
+    assert (results / "summary.csv").is_file()
+
+
+def test_plan_touches_no_host(write_campaign: Callable[[str], Path], tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    inv = tmp_path / "inventory" / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    gone:\n      ansible_host: 127.0.0.9\n      ansible_port: 1\n")
+    path = write_campaign("name: p\ninventory: inventory\nexperiments:\n  - kind: selftest\n    repeats: 2\n")
+    started = time.monotonic()
+    assert main([str(path), "--plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [t["id"] for t in plan["trials"]] == ["selftest.noop.r1@gone", "selftest.noop.r2@gone"]
+    assert time.monotonic() - started < 5
+    assert not (tmp_path / "results").exists()
+
+
+def test_bad_campaign_exits_2_with_one_line_per_error(write_campaign: Callable[[str], Path],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_campaign("name: x\ninventory: inventory\nexperiments:\n  - kind: selftest\n    modes: [nap]\n"
+                          "    timeout_s: 0\n")
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{path}:5: experiments[0].modes.nap: unknown mode for kind selftest (known: noop, sleep, "
+                   "fail, skip)", f"{path}:6: experiments[0].timeout_s: must be > 0"]
+
+
+def test_local_log_follower_sees_lines_as_they_are_written(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    seen: list[str] = []
+    follower = LogFollower(Connection("localhost", "local", "localhost", 22, "root", None), str(log),
+                           seen.append, poll_s=0.05)
+    follower.start()
+    time.sleep(0.2)  # the file does not exist yet: the follower waits for it
+    with log.open("a") as fh:
+        fh.write("Loading weights took 1.00 seconds\nGraph capturing")
+        fh.flush()
+        time.sleep(0.3)
+        fh.write(" finished in 2 secs\n")
+    time.sleep(0.3)
+    follower.stop()
+    assert seen == ["Loading weights took 1.00 seconds", "Graph capturing finished in 2 secs"]
+
+
+@pytest.mark.skipif(shutil.which("tail") is None, reason="needs tail")
+def test_ssh_log_follower_reads_through_paramiko(ssh_inventory: Path, tmp_path: Path) -> None:
+    from runner.inventory import Inventory
+
+    conn = Inventory(ssh_inventory).connection("h1")
+    assert conn.kind == "ssh" and conn.address == "127.0.0.2" and conn.key_file
+    log = tmp_path / "remote.log"
+    log.write_text("")
+    seen: list[str] = []
+    follower = LogFollower(conn, str(log), seen.append, poll_s=0.05)
+    follower.start()
+    time.sleep(1.0)
+    with log.open("a") as fh:
+        fh.write("INFO Starting vLLM API server\n")
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.1)
+    follower.stop()
+    assert seen == ["INFO Starting vLLM API server"]
