@@ -157,7 +157,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
         try:
             record["metrics"] = kind.collect(TrialContext(trial.mode, trial.params, trial.engine or {},
                                                           trial_dir, trial.host))
-        except Exception as exc:  # noqa: BLE001 - an unparsable artefact is a failed trial, with the why
+        except Exception as exc:
             logger.exception("collect failed for %s", trial.id)
             status, reason = "failed", f"collect: {exc}"
     record.update(status=status, reason=reason, ended=time.time())

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == "run":
             argv = argv[1:]
         args = _run_parser().parse_args(argv)
-        _configure_logging(args.verbose, args.quiet or not args.plain and sys.stderr.isatty())
+        _configure_logging(args.verbose, args.quiet or (not args.plain and sys.stderr.isatty()))
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         return _cmd_run(args, argv)
     except SpecError as exc:

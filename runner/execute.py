@@ -148,7 +148,7 @@ def run_phase(
             event_handler=on_event,
             cancel_callback=cancel.is_set,
         )
-    except Exception as exc:  # noqa: BLE001 - a broken run is a recorded failure, not a crash
+    except Exception as exc:
         logger.exception("ansible-runner could not run phase %s", phase)
         return PhaseResult(phase, "failed", None, started, time.time(), "",
                            [Failure("error", phase, limit, "", f"ansible-runner: {exc}")])

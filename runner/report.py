@@ -75,7 +75,7 @@ def _hosts_section(store: ResultsStore) -> str:
         names = sorted({g.get("name", "?") for g in gpus})
         mem = (facts.get("memory") or {}).get("total_bytes")
         rows.append({
-            "host": path.parent.name, "gpus": f"{len(gpus)}× {', '.join(names)}" if gpus else "none",
+            "host": path.parent.name, "gpus": f"{len(gpus)} x {', '.join(names)}" if gpus else "none",
             "driver": facts.get("driver_version", ""), "kernel": facts.get("kernel", ""),
             "mem_gib": round(mem / 2**30, 1) if mem else None, "numa_nodes": len(facts.get("numa") or []),
         })

@@ -18,8 +18,9 @@ Output rules (see :func:`parse_log_text`):
   memory sizes take the **maximum** across workers (the slowest worker gates startup);
   capacities (``available_kv_cache_gib``, ``kv_cache_tokens``, ``max_concurrency``) take the
   **minimum** (the smallest worker bounds the engine, as vLLM itself does).
-  ``inductor_compile_s`` sums the ``Compiling a graph ... takes`` lines per process, then
-  takes the maximum over processes.
+  ``inductor_compile_s`` and ``compile_cache_load_s`` sum the ``Compiling a graph ... takes``
+  and ``Directly load ... took`` lines per process (one per graph), then take the maximum
+  over processes.
 * Sleep/wake values are those of the **last** cycle; ``sleep_events`` lists every cycle.
 * ``phase_ts`` maps a phase to the timestamp (``"MM-DD HH:MM:SS.mmm"``) of the **last** line
   of that phase (the slowest worker), except ``shutdown`` which is the first shutdown line.
@@ -235,12 +236,6 @@ EXPECTED_STARTUP: tuple[str, ...] = (
     "api_server_ready",
 )
 
-_MAX_KEYS = (
-    "weights_load_s", "model_load_s", "model_load_gib", "dynamo_transform_s", "compile_cache_load_s",
-    "compile_s", "profile_warmup_s", "memory_profiling_s", "graph_capture_s", "graph_capture_gib",
-    "init_engine_s", "init_engine_compilation_s",
-)  # fmt: skip
-_MIN_KEYS = ("available_kv_cache_gib", "kv_cache_tokens", "max_concurrency", "gpu_blocks", "cpu_blocks")
 
 
 def _norm_ts(ts: str) -> str:
@@ -265,7 +260,7 @@ class _Collector:
         self.first: dict[str, Any] = {}
         self.last: dict[str, Any] = {}
         self.phase_ts: dict[str, str] = {}
-        self.inductor: dict[str, float] = {}
+        self.per_proc: dict[str, dict[str, float]] = {"inductor_compile_s": {}, "compile_cache_load_s": {}}
         self.stats: list[dict[str, Any]] = []
         self.sleep_events: list[dict[str, Any]] = []
         self.errors: set[str] = set()
@@ -323,6 +318,12 @@ class _Collector:
         old = self.values.get(key)
         if old is None or value < old:
             self.values[key] = value
+
+    def _add_per_proc(self, key: str, proc: str | None, value: float) -> None:
+        pid_m = _PID.search(proc) if proc else None
+        owner = pid_m.group(1) if pid_m is not None else (proc or "")
+        sums = self.per_proc[key]
+        sums[owner] = sums.get(owner, 0.0) + value
 
     def _phase(self, name: str, ts: str | None) -> None:
         if ts is not None:
@@ -416,13 +417,13 @@ class _Collector:
         self.startup_seen = True
         return True
 
-    def _direct_load(self, msg: str, ts: str | None, _proc: str | None) -> bool:
+    def _direct_load(self, msg: str, ts: str | None, proc: str | None) -> bool:
         if _RE_DIRECT.match(msg) is None:
             return False
         self.compile_hit = True
         took = _RE_TOOK_S.search(msg)
         if took is not None:
-            self._max("compile_cache_load_s", float(took.group(1)))
+            self._add_per_proc("compile_cache_load_s", proc, float(took.group(1)))
         self._phase("compile_cache_load", ts)
         self.startup_seen = True
         return True
@@ -432,9 +433,7 @@ class _Collector:
         if m is None:
             return False
         self.compile_miss = True
-        pid_m = _PID.search(proc) if proc else None
-        key = pid_m.group(1) if pid_m is not None else (proc or "")
-        self.inductor[key] = self.inductor.get(key, 0.0) + float(m.group(1))
+        self._add_per_proc("inductor_compile_s", proc, float(m.group(1)))
         self._phase("inductor_compile", ts)
         self.startup_seen = True
         return True
@@ -684,10 +683,9 @@ class _Collector:
             out["dynamo_transform_s"] = v["dynamo_transform_s"]
         if self.compile_hit or self.compile_miss:
             out["compile_cache_hit"] = self.compile_hit
-        if "compile_cache_load_s" in v:
-            out["compile_cache_load_s"] = v["compile_cache_load_s"]
-        if self.inductor:
-            out["inductor_compile_s"] = round(max(self.inductor.values()), 6)
+        for key, sums in self.per_proc.items():
+            if sums:
+                out[key] = round(max(sums.values()), 6)
         for key in ("compile_s", "profile_warmup_s", "memory_profiling_s", "available_kv_cache_gib"):
             if key in v:
                 out[key] = v[key]

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install the runner and its pinned dependencies into .venv (Python >= 3.11).
+#   scripts/setup.sh         what a user needs to run campaigns
+#   scripts/setup.sh --dev   plus test and lint tools, and the system packages the tests start
+#                            (openssh-server for the SSH test hosts; needs root for apt-get)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup.sh: $python is $("$python" --version 2>&1); Python 3.11 or newer is needed (set PYTHON=...)" >&2
+  exit 2
+fi
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+
+if [ "${1:-}" = "--dev" ]; then
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  if [ ! -x /usr/sbin/sshd ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "setup.sh: the integration tests need openssh-server: sudo apt-get install openssh-server" >&2
+      exit 2
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+  fi
+else
+  .venv/bin/python -m pip install -q -e .
+fi
