@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from runner.errors import RunnerError
+from runner.experiments import KINDS
 from runner.store import ResultsStore
 
 __all__ = ["build_report", "summary_frame"]
@@ -82,6 +83,28 @@ def _hosts_section(store: ResultsStore) -> str:
     return _md_table(pd.DataFrame(rows))
 
 
+def _kind_sections(store: ResultsStore) -> list[str]:
+    """Each kind with a ``KindReport`` gets its CSV (one or more rows per trial) and section."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for record in store.iter_trials():
+        kind = KINDS.get(str(record.get("kind")))
+        if kind is None or kind.report is None:
+            continue
+        front = {"trial_id": record["id"], "host": record["host"], "mode": record["mode"],
+                 "repeat": record["repeat"], "status": record.get("status"), "reason": record.get("reason", "")}
+        rows = kind.report.rows(record) or [{}]
+        by_kind.setdefault(kind.name, []).extend({**front, **row} for row in rows)
+    parts = []
+    for name, rows in by_kind.items():
+        spec = KINDS[name].report
+        assert spec is not None
+        frame = pd.DataFrame(rows).convert_dtypes()
+        store.write_text(spec.csv_name, frame.to_csv(index=False))
+        if spec.section is not None:
+            parts.append(spec.section(frame, store.root))
+    return parts
+
+
 def build_report(root: Path) -> tuple[Path, Path]:
     """Write ``summary.csv`` and ``report.md`` under ``root``; return their paths."""
     if not (root / "plan.json").is_file():
@@ -102,6 +125,7 @@ def build_report(root: Path) -> tuple[Path, Path]:
     if "stand-in" in engines:
         parts.append("- **engine=stand-in**: this campaign rehearsed the tooling; its timings say nothing "
                      "about vLLM.")
+    parts.extend(_kind_sections(store))
     parts.append("\n## Hosts\n")
     parts.append(_hosts_section(store))
     parts.append("\n## Trials\n")

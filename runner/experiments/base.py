@@ -2,7 +2,8 @@
 
 Each kind lives in its own module of this package and registers one ``ExperimentKind``. The spec
 validates mode parameters against ``modes``; the plan asks ``resources``; the executor runs
-``phases`` in order; ``collect`` turns the fetched raw files of a finished trial into metrics.
+``phases`` in order; ``collect`` turns the fetched raw files of a finished trial into metrics;
+``report`` (optional) adds the kind's own CSV and report section.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["ExperimentKind", "ModeParams", "Phase", "Resources", "TrialContext"]
+__all__ = ["ExperimentKind", "KindReport", "ModeParams", "Phase", "Resources", "TrialContext"]
 
 
 class ModeParams(BaseModel):
@@ -57,6 +58,21 @@ class TrialContext:
 
 
 @dataclass(frozen=True)
+class KindReport:
+    """A kind's own table and report section.
+
+    ``rows`` turns one trial record (whatever its status) into rows of ``csv_name``; the report
+    adds ``trial_id``, ``host``, ``mode``, ``repeat``, ``status`` and ``reason`` in front, so a
+    failed or skipped trial is a row too. ``section`` renders the kind's Markdown from the whole
+    table and may write figures next to ``report.md`` (it gets the results folder).
+    """
+
+    csv_name: str
+    rows: Callable[[Mapping[str, Any]], list[dict[str, Any]]]
+    section: Callable[[Any, Path], str] | None = None  # (pandas.DataFrame, results root) -> Markdown
+
+
+@dataclass(frozen=True)
 class ExperimentKind:
     name: str
     summary: str
@@ -65,3 +81,4 @@ class ExperimentKind:
     default_modes: tuple[str, ...] = ()
     resources: Callable[[TrialContext], Resources] = field(default=lambda _ctx: Resources())
     collect: Callable[[TrialContext], dict[str, Any]] = field(default=lambda _ctx: {})
+    report: KindReport | None = None

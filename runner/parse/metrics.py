@@ -15,8 +15,8 @@ are absent.
   keyed by its bare name;
 * plus, per sample name, the sum over all its label sets under the bare name
   (``vllm:prefix_cache_hits_total``), which is what the delta helpers use (summing engines and
-  models). Sums are meant for counters; they are skipped for histogram ``_bucket`` and summary
-  ``quantile`` samples, where they would be meaningless.
+  models). Sums are meant for counters; they are skipped for histogram ``_bucket``, summary
+  ``quantile`` and ``_created`` timestamp samples, where they would be meaningless.
 
 Sample names keep ``_total`` (prometheus_client strips it from counter *family* names only);
 the helpers accept a name with or without ``_total``. NaN samples are dropped.
@@ -78,7 +78,7 @@ def parse_metrics_text(text: str, *, source: str = "<metrics>") -> dict[str, flo
                     continue
                 labels = sample.labels
                 samples[_render(sample.name, labels)] = value
-                if sample.name.endswith("_bucket") or "quantile" in labels:
+                if sample.name.endswith(("_bucket", "_created")) or "quantile" in labels:
                     continue
                 sums[sample.name] = sums.get(sample.name, 0.0) + value
     except ValueError as exc:
