@@ -42,12 +42,15 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+Scrape = Mapping[str, float]  # a parse_metrics_text() result
+Pair = tuple[str, str]  # (hits counter, queries counter)
+
 # (hits, queries) counter names, newest first.
-PREFIX_CACHE_COUNTERS: tuple[tuple[str, str], ...] = (
+PREFIX_CACHE_COUNTERS: tuple[Pair, ...] = (
     ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
     ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
 )
-EXTERNAL_PREFIX_CACHE_COUNTERS: tuple[tuple[str, str], ...] = (
+EXTERNAL_PREFIX_CACHE_COUNTERS: tuple[Pair, ...] = (
     ("vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total"),
 )
 
@@ -88,16 +91,14 @@ def parse_metrics_text(text: str, *, source: str = "<metrics>") -> dict[str, flo
     return samples
 
 
-def _lookup(values: Mapping[str, float], name: str) -> float | None:
+def _lookup(values: Scrape, name: str) -> float | None:
     if name in values:
         return values[name]
     alt = name[: -len("_total")] if name.endswith("_total") else name + "_total"
     return values.get(alt)
 
 
-def counter_deltas(
-    before: Mapping[str, float], after: Mapping[str, float], names: Iterable[str]
-) -> dict[str, float]:
+def counter_deltas(before: Scrape, after: Scrape, names: Iterable[str]) -> dict[str, float]:
     """``after - before`` for each counter in ``names`` (with or without ``_total``).
 
     A name absent from ``after`` is omitted. A name absent from ``before`` counts from 0 (the
@@ -119,9 +120,7 @@ def counter_deltas(
     return deltas
 
 
-def _pick_pair(
-    before: Mapping[str, float], after: Mapping[str, float], pairs: tuple[tuple[str, str], ...]
-) -> tuple[float, float] | None:
+def _pick_pair(before: Scrape, after: Scrape, pairs: tuple[Pair, ...]) -> tuple[float, float] | None:
     for hits_name, queries_name in pairs:
         deltas = counter_deltas(before, after, (hits_name, queries_name))
         if hits_name in deltas and queries_name in deltas:
@@ -129,7 +128,7 @@ def _pick_pair(
     return None
 
 
-def prefix_cache_run_rates(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+def prefix_cache_run_rates(before: Scrape, after: Scrape) -> dict[str, float]:
     """Per-run prefix-cache figures from two scrapes (``parse_metrics_text`` results).
 
     Keys: ``prefix_cache_hits``, ``prefix_cache_queries`` (token deltas) and

@@ -33,6 +33,34 @@ Output rules (see :func:`parse_log_text`):
   start (``gpu_prefix_hit_pct_v0``). Neither is a per-run rate: use the ``/metrics`` counter
   deltas in :mod:`runner.parse.metrics` for that.
 
+Keys, in output order: ``first_ts``, ``last_ts``, ``ts_has_ms``, ``vllm_version``, ``model``,
+``tensor_parallel_size``, ``enforce_eager`` (from the engine config / args / eager messages),
+``weights_load_s``, ``model_load_s``, ``model_load_gib``, ``compile_cache_dir`` (first one, rank
+0), ``compile_cache_disabled``, ``dynamo_transform_s``, ``compile_cache_hit``,
+``inductor_compile_s``, ``compile_cache_load_s``, ``compile_s``, ``profile_warmup_s``,
+``memory_profiling_s``, ``available_kv_cache_gib``, ``kv_cache_tokens``, ``gpu_blocks`` /
+``cpu_blocks`` (V0), ``max_concurrency``, ``max_concurrency_req_tokens``, ``graph_capture_s``
+(integer seconds as logged; use ``phase_ts``), ``graph_capture_gib``, ``init_engine_s``,
+``init_engine_compilation_s``, ``api_server_ready``, ``sleep_s``, ``wake_s``, ``wake_tags``,
+``sleep_freed_gib``, ``sleep_still_in_use_gib``, ``sleep_events``, ``stats``, ``stats_count``,
+``last_prefix_cache_hit_pct`` (last stats line that has one; V0's GPU rate counts),
+``last_external_prefix_cache_hit_pct``, ``shutdown_seen``, ``phase_ts``, ``errors``,
+``errors_after_shutdown``, ``missing``.
+
+A ``stats`` entry has ``ts``, ``engine`` (``"000"``, ``"001"``..., ``"aggregated"``; absent on
+V0 and early V1 lines), ``prompt_tput_tok_s``, ``gen_tput_tok_s``, ``running_reqs``,
+``waiting_reqs`` (V0 ``Pending``), ``kv_usage_pct``, ``prefix_hit_pct_rolling1000``, and when
+logged ``external_prefix_hit_pct_rolling1000``, ``swapped_reqs``, ``deferred_reqs``,
+``preemptions``, ``corrupted_reqs``, ``cpu_kv_usage_pct``, ``mm_cache_hit_pct_rolling``,
+``gpu_prefix_hit_pct_v0``, ``cpu_prefix_hit_pct_v0``.
+
+``phase_ts`` names: ``non_default_args``, ``engine_init_start``, ``weights_load``,
+``model_load``, ``compile_cache_dir``, ``dynamo_transform``, ``inductor_compile``,
+``compile_cache_load``, ``compile``, ``profile_warmup``, ``memory_profiling``,
+``available_kv_cache``, ``kv_cache_size``, ``graph_capture``, ``jit_monitor`` (vLLM 0.24: the
+gap from ``graph_capture`` to it is kernel JIT, not torch.compile), ``init_engine``,
+``api_server_ready``, ``sleep``, ``wake``, ``shutdown``.
+
 Error labels (``errors``, sorted, unique): ``worker_died``, ``engine_core_died``,
 ``cuda_oom``, ``kv_spec_unify``, ``engine_core_failed`` (initialisation failed),
 ``engine_core_fatal`` (a runtime ``EngineCore encountered a fatal error``), ``engine_dead``,
@@ -57,7 +85,8 @@ HH:MM:SS`` timestamp) or a known vLLM message is found; otherwise :class:`ParseE
 raised. One server start per log is assumed (a file appended across restarts mixes them).
 
 Speed: one combined keyword search over the whole text picks candidate lines; only those go
-through the prefix and message regexes.
+through the prefix and message regexes (and lose their ANSI codes). ANSI codes are assumed not
+to split a message keyword (vLLM and docker colour the level and prefixes, not messages).
 """
 
 from __future__ import annotations
@@ -162,7 +191,8 @@ _RE_TOOK_S = re.compile(r"took ([\d.]+) s")
 _RE_COMPILING = re.compile(r"Compiling a graph for .*? takes ([\d.]+) s")
 _RE_CACHE_DIR = re.compile(r"Using cache directory: (.+?) for vLLM's torch\.compile")
 _RE_INIT_ENGINE = re.compile(
-    r"init engine \([^)]*\) took ([\d.]+) s(?:econds)?(?: \(compilation: ([\d.]+) s\))?"
+    r"init engine \([^)]*\) took ([\d.]+) s(?:econds)?"  # "(profile, create kv cache, warmup model)"
+    r"(?: \(compilation: ([\d.]+) s\))?"  # newer builds add the compile share
 )
 _RE_PROFILE_WARMUP = re.compile(r"Initial profiling/warmup run took ([\d.]+) s")
 _RE_MEM_PROFILING = re.compile(r"Memory profiling (?:takes ([\d.]+) seconds|results: .*?duration=([\d.]+) s)")
@@ -235,7 +265,6 @@ EXPECTED_STARTUP: tuple[str, ...] = (
     "kv_cache_tokens",
     "api_server_ready",
 )
-
 
 
 def _norm_ts(ts: str) -> str:
@@ -347,6 +376,8 @@ class _Collector:
             ts = None
             k = _KNOWN_MSG.search(line)
             msg = line[k.start() :] if k is not None else ""
+            if msg and any(marker in line for marker in _REQUEST_LOG):
+                return
         if msg:
             sp = msg.find(" ")
             word = msg[:sp] if sp > 0 else msg
@@ -358,7 +389,7 @@ class _Collector:
                     self.evidence += 1
                 return
         if "[shutdown]" in line:
-            self._shutdown(msg, ts, proc)
+            self._shutdown(line, ts, proc)
             return
         for err in _ERRORS.finditer(line):
             label = err.lastgroup
@@ -770,22 +801,36 @@ def _iter_candidates(text: str) -> Iterator[str]:
         pos = end + 1
 
 
+def _clean(chunk: str) -> str:
+    return _ANSI.sub("", chunk) if "\x1b" in chunk else chunk
+
+
 def _edge_ts(text: str) -> tuple[str, str, bool] | None:
-    """First and last timestamps of lines carrying vLLM's prefix, and whether they have ms."""
-    first = _PREFIX_ML.search(text)
-    if first is None:
-        return None
+    """First and last timestamps of lines carrying vLLM's prefix, and whether they have ms.
+
+    Looks at a growing window at each end of the text (ANSI codes removed there only).
+    """
+    n = len(text)
     window = 1 << 16
-    last = first
     while True:
-        start = max(first.end(), len(text) - window)
-        tail = deque(_PREFIX_ML.finditer(text, start), maxlen=1)
-        if tail:
-            last = tail[0]
-            break
-        if start == first.end():
+        first = _PREFIX_ML.search(_clean(text[:window]))
+        if first is not None or window >= n:
             break
         window *= 8
+    if first is None:
+        return None
+    last = first
+    window = 1 << 16
+    while window < n:
+        cut = text.find("\n", n - window)
+        found = deque(_PREFIX_ML.finditer(_clean(text[cut + 1 :] if cut >= 0 else "")), maxlen=1)
+        if found:
+            last = found[0]
+            break
+        window *= 8
+    else:
+        found = deque(_PREFIX_ML.finditer(_clean(text)), maxlen=1)
+        last = found[0] if found else first
     raw = first.group("ts")
     return _norm_ts(raw), _norm_ts(last.group("ts")), len(raw) > 14
 
@@ -795,11 +840,10 @@ def parse_log_text(text: str, *, source: str = "<text>") -> dict[str, Any]:
 
     Raises :class:`ParseError` (naming ``source``) when no vLLM log line is found.
     """
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
     collector = _Collector()
+    feed = collector.feed
     for line in _iter_candidates(text):
-        collector.feed(line)
+        feed(_ANSI.sub("", line) if "\x1b" in line else line)
     edges = _edge_ts(text)
     if edges is None and collector.evidence == 0:
         raise ParseError(source, "no vLLM log lines found")

@@ -127,3 +127,13 @@ def test_ssh_log_follower_reads_through_paramiko(ssh_inventory: Path, tmp_path: 
         time.sleep(0.1)
     follower.stop()
     assert seen == ["INFO Starting vLLM API server"]
+
+
+def test_parse_log_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    real = REPO / "tests/fixtures/vllm_logs/real/vllm-0.24.0-h200-first_start.log"
+    assert main(["parse-log", str(real), "--json"]) == 0
+    parsed = json.loads(capsys.readouterr().out)
+    assert parsed["weights_load_s"] == 0.29 and parsed["compile_cache_hit"] is False
+    assert parsed["missing"] == [] and parsed["errors"] == []
+    assert main(["parse-log", "/etc/hostname"]) == 2
+    assert capsys.readouterr().err.strip() == "error: /etc/hostname: no vLLM log lines found"
