@@ -72,6 +72,8 @@ def _extravars(ctx: _Ctx, trial: Trial, trial_dir: Path) -> dict[str, Any]:
         "exp_results_dir": str(trial_dir),
         "exp_remote_dir": _remote_dir(ctx.loaded, trial.host, trial.id),
         "exp_repo_dir": str(REPO_ROOT),
+        "exp_node_python": ctx.loaded.campaign.node_python or "",
+        "exp_timeout_s": trial.timeout_s,
     }
 
 
@@ -137,7 +139,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     if preflight_error:
         failures.append(preflight_error)
     for phase in kind.phases if not preflight_error else ():
-        if (failures or canceled) and not phase.always:
+        if (failures or canceled or _skip_reason(trial_dir) is not None) and not phase.always:
             continue
         ctx.progress.phase(trial.id, phase.name)
         result = _run_phase_followed(ctx, trial, phase.name, phase.playbook, phase.follow, trial_dir, extravars)
@@ -146,17 +148,24 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
         if not result.ok and not canceled:
             failures.append(result.failures[0].one_line() if result.failures else result.status)
     skip = _skip_reason(trial_dir)
+    trial_ctx = TrialContext(trial.mode, trial.params, trial.engine or {}, trial_dir, trial.host)
     if canceled:
         status, reason = "interrupted", "stopped by the user (Ctrl-C); the next run repeats it"
     elif failures:
         status, reason = "failed", failures[0]
+        try:
+            more = kind.diagnose(trial_ctx)
+        except Exception:  # a diagnosis must never hide the failure itself
+            logger.exception("diagnose failed for %s", trial.id)
+            more = ""
+        if more:
+            reason = f"{reason}; {more}"
     elif skip is not None:
         status, reason = "skipped", skip
     else:
         status, reason = "ok", ""
         try:
-            record["metrics"] = kind.collect(TrialContext(trial.mode, trial.params, trial.engine or {},
-                                                          trial_dir, trial.host))
+            record["metrics"] = kind.collect(trial_ctx)
         except Exception as exc:
             logger.exception("collect failed for %s", trial.id)
             status, reason = "failed", f"collect: {exc}"

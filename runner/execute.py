@@ -148,7 +148,7 @@ def run_phase(
             event_handler=on_event,
             cancel_callback=cancel.is_set,
         )
-    except Exception as exc:
+    except Exception as exc:  # a broken run is a recorded failure, not a crash (logged with its traceback)
         logger.exception("ansible-runner could not run phase %s", phase)
         return PhaseResult(phase, "failed", None, started, time.time(), "",
                            [Failure("error", phase, limit, "", f"ansible-runner: {exc}")])

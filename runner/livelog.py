@@ -39,7 +39,7 @@ class LogFollower(threading.Thread):
                 self._follow_local()
             else:
                 self._follow_ssh()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - following is best effort, never a trial failure
             logger.debug("stopped following %s on %s: %s", self.path, self.conn.host, exc)
 
     def _emit(self, buffer: str) -> str:

@@ -8,6 +8,7 @@ pandas, an empty cell in the CSV), never 0.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +16,39 @@ import pandas as pd
 
 from runner.errors import RunnerError
 from runner.experiments import KINDS
+from runner.experiments.base import TrialContext
 from runner.store import ResultsStore
 
-__all__ = ["build_report", "summary_frame"]
+__all__ = ["build_report", "markdown_table", "summary_frame"]
+
+logger = logging.getLogger(__name__)
 
 _BASE_COLUMNS = ["trial_id", "experiment", "kind", "mode", "repeat", "host", "engine", "status", "reason",
                  "duration_s"]
 
 
-def summary_frame(store: ResultsStore) -> pd.DataFrame:
+def _load_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
+    """Every trial record; an ok trial's metrics are collected again from its raw files, so a
+    report rebuilt by a newer version of a parser reflects it (stored metrics stay if that fails)."""
+    records = {}
+    for record in store.iter_trials():
+        if "id" not in record:
+            continue
+        kind = KINDS.get(str(record.get("kind")))
+        if record.get("status") == "ok" and kind is not None:
+            ctx = TrialContext(record["mode"], record.get("params") or {}, record.get("engine") or {},
+                               store.trial_dir(record["id"]), record["host"])
+            try:
+                record["metrics"] = kind.collect(ctx)
+            except Exception:  # the stored metrics of the run stand
+                logger.warning("could not collect %s again; keeping its stored metrics", record["id"], exc_info=True)
+        records[record["id"]] = record
+    return records
+
+
+def summary_frame(store: ResultsStore, records: dict[str, dict[str, Any]] | None = None) -> pd.DataFrame:
     plan = store.read_json("plan.json") or {"trials": []}
-    records = {r["id"]: r for r in store.iter_trials() if "id" in r}
+    records = dict(_load_records(store) if records is None else records)
     rows: list[dict[str, Any]] = []
     for t in plan["trials"]:
         r = records.pop(t["id"], None)
@@ -56,7 +79,7 @@ def _row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str, An
     return row
 
 
-def _md_table(frame: pd.DataFrame) -> str:
+def markdown_table(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "_none_\n"
     cols = list(frame.columns)
@@ -80,13 +103,21 @@ def _hosts_section(store: ResultsStore) -> str:
             "driver": facts.get("driver_version", ""), "kernel": facts.get("kernel", ""),
             "mem_gib": round(mem / 2**30, 1) if mem else None, "numa_nodes": len(facts.get("numa") or []),
         })
-    return _md_table(pd.DataFrame(rows))
+    return markdown_table(pd.DataFrame(rows))
 
 
-def _kind_sections(store: ResultsStore) -> list[str]:
+def _plan_ordered(store: ResultsStore, records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trial records in plan order (setup-major), then any left from an earlier plan."""
+    plan = store.read_json("plan.json") or {"trials": []}
+    records = dict(records)
+    ordered = [records.pop(t["id"]) for t in plan["trials"] if t["id"] in records]
+    return ordered + list(records.values())
+
+
+def _kind_sections(store: ResultsStore, records: dict[str, dict[str, Any]]) -> list[str]:
     """Each kind with a ``KindReport`` gets its CSV (one or more rows per trial) and section."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
-    for record in store.iter_trials():
+    for record in _plan_ordered(store, records):
         kind = KINDS.get(str(record.get("kind")))
         if kind is None or kind.report is None:
             continue
@@ -110,7 +141,8 @@ def build_report(root: Path) -> tuple[Path, Path]:
     if not (root / "plan.json").is_file():
         raise RunnerError(f"{root}: not a results folder (no plan.json): run a campaign first")
     store = ResultsStore(root)
-    frame = summary_frame(store)
+    records = _load_records(store)
+    frame = summary_frame(store, records)
     csv_path = store.write_text("summary.csv", frame.to_csv(index=False))
     run = store.read_json("run.json") or {}
     counts = frame["status"].value_counts().to_dict() if not frame.empty else {}
@@ -125,13 +157,13 @@ def build_report(root: Path) -> tuple[Path, Path]:
     if "stand-in" in engines:
         parts.append("- **engine=stand-in**: this campaign rehearsed the tooling; its timings say nothing "
                      "about vLLM.")
-    parts.extend(_kind_sections(store))
+    parts.extend(_kind_sections(store, records))
     parts.append("\n## Hosts\n")
     parts.append(_hosts_section(store))
     parts.append("\n## Trials\n")
-    parts.append(_md_table(frame.drop(columns=["reason"]) if not frame.empty else frame))
+    parts.append(markdown_table(frame.drop(columns=["reason"]) if not frame.empty else frame))
     not_ok = frame[frame["status"] != "ok"] if not frame.empty else frame
     parts.append("\n## Not ok: failed, skipped, interrupted and pending trials, with reasons\n")
-    parts.append(_md_table(not_ok[["trial_id", "host", "status", "reason"]] if not not_ok.empty else not_ok))
+    parts.append(markdown_table(not_ok[["trial_id", "host", "status", "reason"]] if not not_ok.empty else not_ok))
     md_path = store.write_text("report.md", "\n".join(parts) + "\n")
     return csv_path, md_path

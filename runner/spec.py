@@ -43,11 +43,16 @@ class Engine(_Strict):
     gpus: list[int] = Field(default_factory=list, description="GPU indices the engine may use")
     args: dict[str, EngineArg] = Field(default_factory=dict, description="vllm serve flags as data")
     env: dict[str, str] = Field(default_factory=dict)
+    cache_root: str = Field(default="/mnt/data/cache", description="persistent compile and JIT caches on the node")
+    model_cache: str | None = Field(default=None, description="HF cache on the node (HF_HOME)")
+    standin_model_mib: int = Field(default=256, gt=0, description="stand-in: size of the model it makes if missing")
 
     @model_validator(mode="after")
     def _runtime_needs(self) -> Engine:
         if self.runtime == "docker" and not self.image:
             raise ValueError("runtime docker needs engine.image")
+        if self.runtime == "docker" and self.kind == "stand-in":
+            raise ValueError("the stand-in runs as a process: use runtime process")
         return self
 
     @field_validator("gpus")
@@ -89,6 +94,9 @@ class Campaign(_Strict):
     inventory: str = Field(min_length=1, description="inventory path, relative to the campaign file")
     hosts: str = Field(default="all", min_length=1, description="Ansible host pattern")
     remote_dir: str = Field(default="/tmp/gpu-campaign", description="node-side work folder")
+    node_python: str | None = Field(
+        default=None, description="python on the node with this repo's nodetools (default: the controller's, "
+        "right for the local inventory; the bench_client role installs one on real nodes)")
     engine: Engine | None = None
     defaults: Defaults = Defaults()
     experiments: list[Experiment] = Field(min_length=1)
@@ -271,6 +279,8 @@ def load_campaign(path: Path, *, check_hosts: bool = True) -> LoadedCampaign:
 
     labels: dict[str, int] = {}
     for i, exp in enumerate(campaign.experiments):
+        if KINDS[exp.kind].needs_engine and campaign.engine is None:
+            errors.append((("experiments", i, "kind"), f"kind {exp.kind} starts an engine: the campaign needs engine:"))
         if exp.label in labels:
             errors.append(((*("experiments", i), "name"), f"experiment name {exp.label!r} is used twice "
                            f"(also experiments[{labels[exp.label]}]): give each a distinct name"))

@@ -81,4 +81,6 @@ class ExperimentKind:
     default_modes: tuple[str, ...] = ()
     resources: Callable[[TrialContext], Resources] = field(default=lambda _ctx: Resources())
     collect: Callable[[TrialContext], dict[str, Any]] = field(default=lambda _ctx: {})
+    diagnose: Callable[[TrialContext], str] = field(default=lambda _ctx: "")  # more "why" for a failure
+    needs_engine: bool = False
     report: KindReport | None = None

@@ -1,0 +1,98 @@
+"""Node-side preconditions of a trial: each unmet one is a reason to skip, in words a user can act on.
+
+    python -m nodetools.preflight --port 8000 [--gpus 4] [--max-gpu-used-mib 2048]
+        [--exists PATH ...] [--python PY --python-module MOD] [--docker-image IMG [--docker-module MOD]]
+
+Prints ``{"reasons": [...]}`` (empty when everything holds) and exits 0: deciding to skip is the
+playbook's job. Stdlib only: this runs on the node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["check", "main"]
+
+_IMPORT_CHECK = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+
+
+def _port_busy(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+def _gpu_reasons(gpus: list[int], max_used_mib: int) -> list[str]:
+    if not gpus:
+        return []
+    if shutil.which("nvidia-smi") is None:
+        return [f"GPUs {gpus} requested but nvidia-smi is not on this node"]
+    done = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, check=False, timeout=60)
+    if done.returncode != 0:
+        return [f"nvidia-smi failed: {(done.stderr or done.stdout).strip().splitlines()[:1]}"]
+    used = {}
+    for line in done.stdout.splitlines():
+        index, _, mib = line.partition(",")
+        if index.strip().isdigit() and mib.strip().isdigit():
+            used[int(index)] = int(mib)
+    reasons = [f"GPU {g} does not exist on this node (it has {sorted(used)})" for g in gpus if g not in used]
+    reasons += [f"GPU {g} has {used[g]} MiB in use (limit {max_used_mib}): another process holds it"
+                for g in gpus if used.get(g, 0) > max_used_mib]
+    return reasons
+
+
+def check(port: int, gpus: list[int], max_gpu_used_mib: int, exists: list[str], python: str, python_module: str,
+          docker_image: str, docker_module: str) -> list[str]:
+    reasons = []
+    if _port_busy(port):
+        reasons.append(f"port {port} already answers: another server runs on this node")
+    reasons += _gpu_reasons(gpus, max_gpu_used_mib)
+    reasons += [f"{path} does not exist" for path in exists if not Path(path).exists()]
+    if python_module:
+        if not python or not Path(python).exists():
+            reasons.append(f"python {python!r} for the engine does not exist")
+        elif subprocess.run([python, "-c", _IMPORT_CHECK, python_module], check=False,
+                            capture_output=True).returncode != 0:
+            reasons.append(f"python module {python_module} is not installed beside the engine ({python})")
+    if docker_image:
+        if shutil.which("docker") is None:
+            reasons.append("runtime docker but no docker on this node")
+        elif subprocess.run(["docker", "image", "inspect", docker_image], check=False,
+                            capture_output=True).returncode != 0:
+            reasons.append(f"image {docker_image} is not on the node (the vllm_images role pulls or loads it)")
+        elif docker_module and subprocess.run(
+                ["docker", "run", "--rm", "--entrypoint", "python3", docker_image, "-c", _IMPORT_CHECK, docker_module],
+                check=False, capture_output=True).returncode != 0:
+            reasons.append(f"python module {docker_module} is not installed in {docker_image}")
+    return reasons
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nodetools.preflight", description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--gpus", default="", help="comma-separated GPU indices")
+    p.add_argument("--max-gpu-used-mib", type=int, default=2048)
+    p.add_argument("--exists", nargs="*", default=[])
+    p.add_argument("--python", default="")
+    p.add_argument("--python-module", default="")
+    p.add_argument("--docker-image", default="")
+    p.add_argument("--docker-module", default="")
+    args = p.parse_args(argv)
+    gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
+    reasons = check(args.port, gpus, args.max_gpu_used_mib, args.exists, args.python, args.python_module,
+                    args.docker_image, args.docker_module)
+    sys.stdout.write(json.dumps({"reasons": reasons}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: MIT
+"""Render an engine (vLLM or the stand-in) from data into the argv and environment that start it.
+
+Engine arguments are data: a mapping of ``vllm serve`` flags rendered by one tested function,
+never string-pasted shell. Both filters are pure; the playbooks call them, the tests import them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+DOCUMENTATION = r"""
+name: engine_argv / engine_launch
+short_description: Render vLLM serve flags and a whole engine launch from data
+description:
+  - C(engine_argv) turns a mapping of flags into argv. C(True) gives a bare flag, C(False) and
+    C(None) omit it (write C(no-enable-prefix-caching: true) for a negative flag), a list gives the
+    flag followed by each item, a mapping gives compact JSON, anything else its string form.
+    Underscores in names become dashes.
+  - C(engine_launch) returns C(argv), C(env) and C(stop_argv) for a campaign's engine at a
+    runtime (docker or process), with the compile and JIT caches and the model cache where the
+    mode says.
+"""
+
+# Where each cache lives inside the vLLM image (root's home) and which variable moves it for a
+# process runtime. vLLM's compile cache is under VLLM_CACHE_ROOT; the kernel-JIT caches (Triton,
+# FlashInfer) dominated a real cold start, so they are persisted beside it.
+_CACHES = (
+    ("vllm", "/root/.cache/vllm", "VLLM_CACHE_ROOT"),
+    ("triton", "/root/.triton", "TRITON_CACHE_DIR"),
+    ("flashinfer", "/root/.cache/flashinfer", "FLASHINFER_WORKSPACE_BASE"),
+    ("torchinductor", "/root/.cache/torchinductor", "TORCHINDUCTOR_CACHE_DIR"),
+)
+_HF_IN_IMAGE = "/root/.cache/huggingface"
+
+
+def engine_argv(args: Any) -> list[str]:
+    if args is None:
+        return []
+    if not isinstance(args, dict):
+        raise AnsibleFilterError(f"engine_argv: expected a mapping of flags, got {type(args).__name__}: {args!r}")
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + str(key).lstrip("-").replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, list | tuple):
+            out.extend([flag, *(str(v) for v in value)])
+        elif isinstance(value, dict):
+            out.extend([flag, json.dumps(value, separators=(",", ":"), sort_keys=True)])
+        else:
+            out.extend([flag, str(value)])
+    return out
+
+
+def _cache_dirs(cache_root: str | None) -> dict[str, str]:
+    if not cache_root:
+        return {}
+    return {name: f"{cache_root.rstrip('/')}/{name}" for name, _, _ in _CACHES}
+
+
+def engine_launch(engine: dict[str, Any], name: str, cache_root: str | None = None,
+                  model_cache: str | None = None, extra_args: dict[str, Any] | None = None,
+                  python: str = "python3", host: str = "127.0.0.1") -> dict[str, Any]:
+    """argv/env/stop_argv starting ``engine``; ``cache_root`` None means no persistent caches."""
+    if not isinstance(engine, dict) or not engine.get("model"):
+        raise AnsibleFilterError(f"engine_launch: engine must be a mapping with a model, got {engine!r}")
+    kind = engine.get("kind", "stand-in")
+    runtime = engine.get("runtime", "process")
+    port = str(engine.get("port", 8000))
+    model = str(engine["model"])
+    args: dict[str, Any] = {**(engine.get("args") or {}), **(extra_args or {})}
+    if engine.get("served_model_name"):
+        args = {"served-model-name": engine["served_model_name"], **args}
+    flags = ["--host", host, "--port", port, *engine_argv(args)]
+    gpus = [str(g) for g in engine.get("gpus") or []]
+    env = {str(k): str(v) for k, v in (engine.get("env") or {}).items()}
+    caches = _cache_dirs(cache_root)
+
+    if runtime == "process":
+        if kind == "stand-in":
+            argv = [python, "-m", "nodetools.standin", "serve", model, *flags]
+            if "flashinfer" in caches:  # the stand-in's kernel-JIT cache sits beside the compile cache
+                env["STANDIN_JIT_DIR"] = caches["flashinfer"]
+        else:
+            vllm = f"{engine['venv'].rstrip('/')}/bin/vllm" if engine.get("venv") else "vllm"
+            argv = [vllm, "serve", model, *flags]
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        for cache, _, variable in _CACHES:
+            if cache in caches:
+                env[variable] = caches[cache]
+        if model_cache:
+            env["HF_HOME"] = model_cache
+        return {"argv": argv, "env": env, "stop_argv": [], "container": "", "caches": caches}
+
+    if runtime != "docker":
+        raise AnsibleFilterError(f"engine_launch: unknown runtime {runtime!r} (docker or process)")
+    if kind == "stand-in":
+        raise AnsibleFilterError("engine_launch: the stand-in runs as a process (runtime: process)")
+    if not engine.get("image"):
+        raise AnsibleFilterError("engine_launch: runtime docker needs engine.image")
+    docker = ["docker", "run", "--rm", "--name", name, "--ipc=host", "--network=host"]
+    docker += ["--gpus", f'"device={",".join(gpus)}"' if gpus else "all"]
+    for cache, in_image, _ in _CACHES:
+        if cache in caches:
+            docker += ["-v", f"{caches[cache]}:{in_image}"]
+    if model_cache:
+        docker += ["-v", f"{model_cache}:{_HF_IN_IMAGE}"]
+    if model.startswith("/"):
+        docker += ["-v", f"{model}:{model}:ro"]
+    for key, value in sorted(env.items()):
+        docker += ["-e", f"{key}={value}"]
+    # The stock image's entrypoint is `vllm serve`: the model and flags follow the image.
+    argv = [*docker, str(engine["image"]), model, *flags]
+    return {"argv": argv, "env": {}, "stop_argv": ["docker", "stop", "--time", "30", name], "container": name,
+            "caches": caches}
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"engine_argv": engine_argv, "engine_launch": engine_launch}
