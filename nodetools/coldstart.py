@@ -2,6 +2,8 @@
 
     python -m nodetools.coldstart measure --launch launch.json --log server.log --out timings.json
         [--poll-s 0.05] [--timeout-s 1800] [--sleep-wake] [--residency PATH ...]
+    python -m nodetools.coldstart prepare --dir WORKDIR --launch-json JSON [--fresh-cache DIR]
+        [--page-cache drop|warm|keep] [--model PATH]
     python -m nodetools.coldstart cleanup --dir WORKDIR --port N [--container NAME]
 
 ``launch.json`` holds ``argv``, ``env``, ``stop_argv``, ``port`` and ``model`` (what the playbook
@@ -13,8 +15,10 @@ With ``--sleep-wake`` the started engine is put to sleep (level 1) and woken, an
 and to the first token after wake are recorded. The engine is always stopped (the whole group),
 and the port checked free. Stdlib only: this runs on the node.
 
-``cleanup`` stops what a killed timer may have left (the group in ``engine.pgid``, the container)
-and prints JSON ``{"stopped": [...], "port_free": bool}``.
+``prepare`` puts the node in the mode's state in one step (trial folder, an emptied fresh cache,
+the cache folders, ``launch.json``, then the page cache dropped or the weights read) and prints
+JSON ``{"changed": [...]}``. ``cleanup`` stops what a killed timer may have left (the group in
+``engine.pgid``, the container) and prints JSON ``{"stopped": [...], "port_free": bool}``.
 
 Exit codes: 0 measured; 3 the engine exited before its first token; 4 timed out; 5 bad input.
 """
@@ -35,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodetools.pagecache import resident_fraction
+from nodetools.pagecache import drop, resident_fraction, warm
 
 __all__ = ["cleanup", "main"]
 
@@ -245,6 +249,41 @@ def cleanup(workdir: Path, port: int, container: str = "") -> dict[str, Any]:
     return {"stopped": stopped, "port_free": not _port_open(port)}
 
 
+def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache: str, model: str) -> list[str]:
+    changed = []
+    workdir.mkdir(parents=True, exist_ok=True)
+    if fresh_cache and Path(fresh_cache).exists():
+        shutil.rmtree(fresh_cache)
+        changed.append(f"emptied {fresh_cache}")
+    for cache in (launch.get("caches") or {}).values():
+        Path(cache).mkdir(parents=True, exist_ok=True)
+    (workdir / "launch.json").write_text(json.dumps(launch, indent=2, sort_keys=True) + "\n")
+    changed.append("wrote launch.json")
+    if page_cache == "drop":
+        drop()
+        changed.append("dropped the page cache")
+    elif page_cache == "warm":
+        changed.append(f"read {warm([model])} bytes of {model} into the page cache")
+    return changed
+
+
+def _main_prepare(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m nodetools.coldstart prepare")
+    p.add_argument("--dir", type=Path, required=True)
+    p.add_argument("--launch-json", required=True)
+    p.add_argument("--fresh-cache", default="")
+    p.add_argument("--page-cache", choices=("drop", "warm", "keep"), default="keep")
+    p.add_argument("--model", default="")
+    args = p.parse_args(argv)
+    try:
+        launch = json.loads(args.launch_json)
+    except ValueError as exc:
+        print(f"coldstart prepare: --launch-json is not JSON: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(json.dumps({"changed": prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model)}))
+    return 0
+
+
 def _main_cleanup(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m nodetools.coldstart cleanup")
     p.add_argument("--dir", type=Path, required=True)
@@ -259,9 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["measure"]:
         return _main_measure(args[1:])
+    if args[:1] == ["prepare"]:
+        return _main_prepare(args[1:])
     if args[:1] == ["cleanup"]:
         return _main_cleanup(args[1:])
-    print("usage: python -m nodetools.coldstart {measure|cleanup} ... (see --help of each)", file=sys.stderr)
+    print("usage: python -m nodetools.coldstart {prepare|measure|cleanup} ... (see --help of each)", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 

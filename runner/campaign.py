@@ -80,6 +80,7 @@ def _extravars(ctx: _Ctx, trial: Trial, trial_dir: Path) -> dict[str, Any]:
 def _preflight(ctx: _Ctx, host: str) -> tuple[dict[str, Any] | None, str]:
     """Gather the host's facts once per run; an unreachable host fails all its trials at once."""
     host_dir = ctx.store.root / "hosts" / host
+    host_dir.mkdir(parents=True, exist_ok=True)
     dest = host_dir / "facts.json"
     result = run_phase(
         phase="preflight", playbook=REPO_ROOT / FACTS_PLAYBOOK, project_dir=REPO_ROOT,
@@ -134,6 +135,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     ctx.store.save_trial(trial.id, record)
     ctx.progress.trial_started(trial.id, trial.host)
     extravars = _extravars(ctx, trial, trial_dir)
+    (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
     failures = []
     canceled = False
     if preflight_error:

@@ -17,7 +17,7 @@ name: engine_argv / engine_launch
 short_description: Render vLLM serve flags and a whole engine launch from data
 description:
   - C(engine_argv) turns a mapping of flags into argv. C(True) gives a bare flag, C(False) and
-    C(None) omit it (write C(no-enable-prefix-caching: true) for a negative flag), a list gives the
+    C(None) omit it (write C(no-enable-prefix-caching) set to true for a negative flag), a list gives the
     flag followed by each item, a mapping gives compact JSON, anything else its string form.
     Underscores in names become dashes.
   - C(engine_launch) returns C(argv), C(env) and C(stop_argv) for a campaign's engine at a
