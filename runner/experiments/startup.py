@@ -34,10 +34,9 @@ RECIPES: dict[str, dict[str, Any]] = {
     "fresh_container": {"cache": "none", "page_cache": "drop"},
     "runai_streamer": {"cache": "persistent", "page_cache": "drop", "args": {"load-format": "runai_streamer"},
                        "python_module": "runai_model_streamer",
-                       "standin": "the stand-in does not model --load-format runai_streamer"},
+                       "standin": "the stand-in does not model --load-format runai_streamer (it reads like auto)"},
     "fastsafetensors": {"cache": "persistent", "page_cache": "drop", "args": {"load-format": "fastsafetensors"},
-                        "python_module": "fastsafetensors",
-                        "standin": "the stand-in does not model --load-format fastsafetensors"},
+                        "python_module": "fastsafetensors"},  # O_DIRECT reads: page-cache state means little
     "preload": {"cache": "persistent", "page_cache": "drop", "preload": True,
                 "args": {"load-format": "ipc_cache"},
                 "standin": "the stand-in does not model vllm preload / --load-format ipc_cache"},
