@@ -77,7 +77,7 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
 
 def test_engine_that_fails_to_start_is_a_failed_row_with_its_error_and_a_clean_node(
         write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
-    text = campaign(tmp_path, "disk_cold", env=', STANDIN_FAIL_AT: "kv_alloc"')
+    text = campaign(tmp_path, "disk_cold", env=', STANDIN_KV_CAPACITY_TOKENS: "16"')
     path = write_campaign(text)
     results = tmp_path / "results"
     assert main([str(path), "--quiet", "--results", str(results)]) == 1
