@@ -13,7 +13,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 DOCUMENTATION = r"""
-name: engine_argv / engine_launch
+name: engine_argv / engine_launch / mode_cache_root
 short_description: Render vLLM serve flags and a whole engine launch from data
 description:
   - C(engine_argv) turns a mapping of flags into argv. C(True) gives a bare flag, C(False) and
@@ -23,6 +23,7 @@ description:
   - C(engine_launch) returns C(argv), C(env) and C(stop_argv) for a campaign's engine at a
     runtime (docker or process), with the compile and JIT caches and the model cache where the
     mode says.
+  - C(mode_cache_root) maps a startup mode's cache recipe (persistent, fresh, none) to a folder.
 """
 
 # Where each cache lives inside the vLLM image (root's home) and which variable moves it for a
@@ -122,6 +123,19 @@ def engine_launch(engine: dict[str, Any], name: str, cache_root: str | None = No
             "caches": caches}
 
 
+def mode_cache_root(cache: str, engine: dict[str, Any], fresh_dir: str) -> str | None:
+    """Where a mode's compile and JIT caches live: ``persistent`` the campaign's cache volume,
+    ``fresh`` an empty folder of the trial, ``none`` no cache volume for a docker engine (a
+    process engine always has a cache folder: a fresh one)."""
+    if cache == "persistent":
+        return str(engine.get("cache_root") or "") or None
+    if cache == "fresh" or (cache == "none" and engine.get("runtime", "process") == "process"):
+        return fresh_dir
+    if cache == "none":
+        return None
+    raise AnsibleFilterError(f"mode_cache_root: unknown cache mode {cache!r} (persistent, fresh or none)")
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"engine_argv": engine_argv, "engine_launch": engine_launch}
+        return {"engine_argv": engine_argv, "engine_launch": engine_launch, "mode_cache_root": mode_cache_root}

@@ -85,3 +85,29 @@ def test_standin_runs_with_the_node_python_and_its_jit_dir() -> None:
 def test_bad_engines_are_clear_errors(engine: dict[str, object], message: str) -> None:
     with pytest.raises(AnsibleFilterError, match=message):
         F.engine_launch(engine, "n")
+
+
+@pytest.mark.parametrize("runtime", ["docker", "process"])
+@pytest.mark.parametrize("mode", sorted(RECIPES))
+def test_every_mode_renders_its_caches_and_flags(mode: str, runtime: str) -> None:
+    recipe = RECIPES[mode]
+    engine = {**(VLLM_DOCKER if runtime == "docker" else VLLM_PROCESS), "cache_root": "/mnt/data/cache"}
+    root = F.mode_cache_root(recipe["cache"], engine, "/tmp/trial/fresh-cache")
+    launch = F.engine_launch(engine, "c", root, None, recipe.get("args"))
+    argv = " ".join(launch["argv"])
+    for flag in F.engine_argv(recipe.get("args")):
+        assert flag in launch["argv"]
+    expected_root = {"persistent": "/mnt/data/cache", "fresh": "/tmp/trial/fresh-cache",
+                     "none": None if runtime == "docker" else "/tmp/trial/fresh-cache"}[recipe["cache"]]
+    assert root == expected_root
+    if runtime == "docker":
+        assert ("/root/.cache/vllm" in argv) is (expected_root is not None)
+        assert "--gpus" in launch["argv"] and "--ipc=host" in launch["argv"]
+    else:
+        assert launch["env"].get("VLLM_CACHE_ROOT") == f"{expected_root}/vllm"
+        assert launch["env"]["CUDA_VISIBLE_DEVICES"] == "4"
+
+
+def test_unknown_cache_mode() -> None:
+    with pytest.raises(AnsibleFilterError, match="unknown cache mode 'warm'"):
+        F.mode_cache_root("warm", VLLM_DOCKER, "/x")
