@@ -24,7 +24,9 @@ def test_default_campaign_runs_and_reports(tmp_path: Path, capsys: pytest.Captur
     assert main([str(REPO / "campaigns/local.yaml"), "--quiet", "--results", str(results)]) == 0
     with (results / "summary.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert [r["status"] for r in rows] == ["ok"] * 4
+    assert [r["status"] for r in rows] == ["ok"] * 9
+    assert [r["kind"] for r in rows] == ["facts"] + ["selftest"] * 3 + ["startup"] * 5
+    assert (results / "startup.csv").is_file() and (results / "startup.png").is_file()
     facts = json.loads((results / "hosts/localhost/facts.json").read_text())
     assert facts["memory"]["total_bytes"] > 0 and facts["gpus"] == []
     trial = json.loads((results / "trials/overhead.noop.r1@localhost/trial.json").read_text())
@@ -34,7 +36,8 @@ def test_default_campaign_runs_and_reports(tmp_path: Path, capsys: pytest.Captur
     assert "| localhost | none |" in report and "overhead.noop.r3@localhost" in report
     run = json.loads((results / "run.json").read_text())
     assert run["tools"]["ansible-core"] == "2.19.14" and run["inventory"]["files"] == 1
-    assert "local: ok 4" in capsys.readouterr().out
+    assert "local: ok 9" in capsys.readouterr().out
+    assert "**engine=stand-in**" in report
 
 
 def test_failed_and_skipped_trials_are_rows_with_reasons(write_campaign: Callable[[str], Path],
