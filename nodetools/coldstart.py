@@ -15,7 +15,7 @@ With ``--sleep-wake`` the started engine is put to sleep (level 1) and woken, an
 and to the first token after wake are recorded. The engine is always stopped (the whole group),
 and the port checked free. Stdlib only: this runs on the node.
 
-``prepare`` puts the node in the mode's state in one step (trial folder, an emptied fresh cache,
+``prepare`` puts the node in the mode's state in one step (an emptied trial folder and fresh cache,
 the cache folders, ``launch.json``, then the page cache dropped or the weights read) and prints
 JSON ``{"changed": [...]}``. ``cleanup`` stops what a killed timer may have left (the group in
 ``engine.pgid``, the container) and prints JSON ``{"stopped": [...], "port_free": bool}``.
@@ -251,7 +251,10 @@ def cleanup(workdir: Path, port: int, container: str = "") -> dict[str, Any]:
 
 def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache: str, model: str) -> list[str]:
     changed = []
-    workdir.mkdir(parents=True, exist_ok=True)
+    if workdir.exists():  # an earlier attempt's log must not mix into this one's
+        shutil.rmtree(workdir)
+        changed.append(f"emptied {workdir}")
+    workdir.mkdir(parents=True)
     if fresh_cache and Path(fresh_cache).exists():
         shutil.rmtree(fresh_cache)
         changed.append(f"emptied {fresh_cache}")

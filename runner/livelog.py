@@ -51,12 +51,16 @@ class LogFollower(threading.Thread):
 
     def _follow_local(self) -> None:
         path = Path(self.path)
-        offset, buffer = 0, ""
+        # What the file already holds belongs to an earlier run. A new run truncates or replaces
+        # it: seen as a shrink or as different first bytes, it is then followed from its start.
+        head = path.read_bytes()[:64] if path.exists() else b""
+        offset = path.stat().st_size if head else 0
+        buffer = ""
         while not self._stop_event.wait(self.poll_s):
             try:
                 with path.open("rb") as fh:
-                    if path.stat().st_size < offset:  # truncated or replaced: start again
-                        offset = 0
+                    if fh.read(len(head)) != head or path.stat().st_size < offset:
+                        offset, head = 0, b""
                     fh.seek(offset)
                     data = fh.read()
             except FileNotFoundError:
@@ -74,7 +78,7 @@ class LogFollower(threading.Thread):
                        key_filename=self.conn.key_file, look_for_keys=self.conn.key_file is None,
                        allow_agent=self.conn.key_file is None, timeout=10)
         try:
-            _, stdout, _ = client.exec_command(f"tail -n +1 -F {shlex.quote(self.path)} 2>/dev/null")
+            _, stdout, _ = client.exec_command(f"tail -n 0 -F {shlex.quote(self.path)} 2>/dev/null")
             channel = stdout.channel
             buffer = ""
             while not self._stop_event.is_set() and not channel.exit_status_ready():

@@ -94,14 +94,15 @@ def test_bad_campaign_exits_2_with_one_line_per_error(write_campaign: Callable[[
                    "fail, skip)", f"{path}:6: experiments[0].timeout_s: must be > 0"]
 
 
-def test_local_log_follower_sees_lines_as_they_are_written(tmp_path: Path) -> None:
+def test_local_log_follower_sees_new_lines_as_they_are_written(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
+    log.write_text("an earlier run's line\n")
     seen: list[str] = []
     follower = LogFollower(Connection("localhost", "local", "localhost", 22, "root", None), str(log),
                            seen.append, poll_s=0.05)
     follower.start()
-    time.sleep(0.2)  # the file does not exist yet: the follower waits for it
-    with log.open("a") as fh:
+    time.sleep(0.2)
+    with log.open("w") as fh:  # the new run truncates the log: it is followed from its start
         fh.write("Loading weights took 1.00 seconds\nGraph capturing")
         fh.flush()
         time.sleep(0.3)
