@@ -161,7 +161,8 @@ def build_report(root: Path) -> tuple[Path, Path]:
     parts.append("\n## Hosts\n")
     parts.append(_hosts_section(store))
     parts.append("\n## Trials\n")
-    parts.append(markdown_table(frame.drop(columns=["reason"]) if not frame.empty else frame))
+    # Metrics live in the kinds' sections and in summary.csv; this table says what ran and how it ended.
+    parts.append(markdown_table(frame[[c for c in _BASE_COLUMNS if c != "reason"]] if not frame.empty else frame))
     not_ok = frame[frame["status"] != "ok"] if not frame.empty else frame
     parts.append("\n## Not ok: failed, skipped, interrupted and pending trials, with reasons\n")
     parts.append(markdown_table(not_ok[["trial_id", "host", "status", "reason"]] if not not_ok.empty else not_ok))

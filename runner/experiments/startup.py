@@ -125,7 +125,7 @@ def _collect(ctx: TrialContext) -> dict[str, Any]:
     raw = _raw(ctx)
     timings = json.loads((raw / "timings.json").read_text())
     log = _parsed_log(raw)
-    metrics: dict[str, Any] = {"first_token_s": timings["first_token_s"]}
+    metrics: dict[str, Any] = {"first_token_s": round(timings["first_token_s"], 3)}
     metrics.update(breakdown(timings["first_token_s"], log))
     for key in ("compile_cache_hit", "init_engine_s", "kv_cache_tokens", "weights_load_s", "sleep_s", "wake_s",
                 "sleep_freed_gib"):
