@@ -193,7 +193,7 @@ KIND = ExperimentKind(
     phases=(
         Phase("prepare", f"{PLAYBOOKS}/prepare.yml"),
         Phase("measure", f"{PLAYBOOKS}/measure.yml", follow="server.log"),
-        Phase("collect", f"{PLAYBOOKS}/collect.yml", always=True),
+        Phase("collect", "playbooks/experiments/engine/collect.yml", always=True),
     ),
     modes={mode: _mode_model(mode) for mode in RECIPES},
     default_modes=("first_start", "disk_cold", "page_cache_warm", "enforce_eager", "sleep_wake"),

@@ -1,0 +1,420 @@
+"""Node-side snapshot measurements: restore a started engine instead of starting it.
+
+    python -m nodetools.snapshot gates --mode MODE [--criu criu] [--libdir DIR] [--cuda-checkpoint BIN]
+        [--gpus 0] [--tp 1] [--images DIR] [--model M] [--revision R] [--vllm BIN]
+    python -m nodetools.snapshot measure --mode MODE --launch launch.json --log server.log --out timings.json
+        --images DIR [--criu criu] [--libdir DIR] [--cuda-checkpoint BIN] [--poll-s 0.05] [--timeout-s 1800]
+
+``gates`` prints ``{"reasons": [...], "facts": {...}}``: every unmet precondition in words a user
+can act on (nothing runs when there is one). ``measure`` starts the engine (the cold-start timer's
+``Timer``), times it to its first token, then:
+
+- ``criu``: ``criu dump`` of the engine's process tree (the CUDA plugin suspends GPU state when the
+  engine uses a GPU), image size, the port free again, ``criu restore -d``, first token from the
+  restored server;
+- ``cuda_checkpoint``: ``cuda-checkpoint --action lock|checkpoint|restore|unlock`` on every process
+  of the engine that holds GPU memory, GPU memory before/while/after, first token after restore;
+- ``vllm_snapshot`` (vLLM in a venv): ``vllm snapshot create`` (its own engine start, time, artefact
+  size) with ``HF_HUB_OFFLINE=1`` and ``kernel.io_uring_disabled=2`` for the phase (put back after),
+  then ``vllm snapshot restore`` and the first token from the restored server.
+
+A failed dump must leave the engine running or cleanly stopped, never frozen: CRIU resumes the
+tree when a dump fails, and this program checks it and stops the engine either way. One snapshot
+operation at a time per node: they share /dev/shm, so a lock file there serialises them.
+Exit codes: 0 measured; 3 a tool or the engine failed (see ``error`` and the tool logs); 5 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nodetools.coldstart import EXIT_BAD_INPUT, EXIT_DIED, EXIT_OK, Timer, _first_token, _gpu_memory_mib, _port_open
+
+__all__ = ["criu_version", "gates", "main"]
+
+LOCK = Path("/dev/shm/.gpu-campaign-snapshot.lock")
+MIN_CRIU = (4, 1)
+IPC_RESTORE_DRIVER = 610  # cuda-checkpoint restores processes that use CUDA IPC (any TP>1 engine) from 610 on
+
+
+def _run(argv: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
+
+
+def criu_version(criu: str) -> tuple[int, ...] | None:
+    if shutil.which(criu) is None:
+        return None
+    match = re.search(r"Version:\s*([\d.]+)", _run([criu, "--version"], 30).stdout)
+    return tuple(int(p) for p in match.group(1).split(".")) if match else None
+
+
+def _driver_major() -> int | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], 60).stdout.split()
+    return int(out[0].split(".")[0]) if out and out[0].split(".")[0].isdigit() else None
+
+
+def _plugin_dirs(libdir: str) -> list[str]:
+    """Where CRIU looks for plugins: --libdir, then CRIU_LIBS_DIR, then the usual PLUGINDIRs."""
+    return [d for d in (libdir, os.environ.get("CRIU_LIBS_DIR", ""), "/usr/lib/criu", "/usr/local/lib/criu") if d]
+
+
+def _mem_available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def gates(mode: str, criu: str, libdir: str, cuda_checkpoint: str, gpus: list[int], tp: int, model: str,
+          revision: str, vllm: str) -> tuple[list[str], dict[str, Any]]:
+    reasons: list[str] = []
+    facts: dict[str, Any] = {"kernel": os.uname().release, "driver_major": _driver_major()}
+    on_gpu = bool(gpus)
+    if mode in ("criu", "vllm_snapshot"):
+        version = criu_version(criu)
+        facts["criu_version"] = ".".join(map(str, version)) if version else None
+        if version is None:
+            reasons.append(f"CRIU not found ({criu}): the criu role builds it from source")
+        elif version < MIN_CRIU:
+            reasons.append(f"CRIU {facts['criu_version']} is too old (needs >= 4.1: older releases fail "
+                           f"'criu check' on kernels >= 6.13)")
+        else:
+            check = _run([criu, "check"], 120)
+            facts["criu_check"] = (check.stdout + check.stderr).strip().splitlines()[-1:]
+            if "Looks good" not in check.stdout + check.stderr:
+                reasons.append(f"'criu check' fails: {' '.join(facts['criu_check'])}")
+        plugin = next((d for d in _plugin_dirs(libdir) if Path(d, "cuda_plugin.so").is_file()), None)
+        facts["cuda_plugin_dir"] = plugin
+        if on_gpu and plugin is None:
+            reasons.append(f"CRIU's CUDA plugin (cuda_plugin.so) is in none of {_plugin_dirs(libdir)}: without it "
+                           "GPU mappings cannot be dumped (handle_device_vma plugin failed)")
+    if on_gpu or mode == "cuda_checkpoint":
+        if not on_gpu or facts["driver_major"] is None:
+            reasons.append("no GPU: cuda-checkpoint needs an NVIDIA GPU and driver")
+        elif shutil.which(cuda_checkpoint) is None:
+            reasons.append(f"cuda-checkpoint not found ({cuda_checkpoint}): the cuda_checkpoint role installs it")
+        if on_gpu and tp > 1 and (facts["driver_major"] or 0) < IPC_RESTORE_DRIVER:
+            reasons.append(f"TP={tp} uses CUDA IPC, whose checkpoint/restore needs driver >= {IPC_RESTORE_DRIVER}; "
+                           f"this node has {facts['driver_major']}")
+        if on_gpu and facts["driver_major"] is not None:
+            persistence = _run(["nvidia-smi", "--query-gpu=index,persistence_mode", "--format=csv,noheader"]).stdout
+            off = [line.split(",")[0] for line in persistence.splitlines() if "Disabled" in line]
+            if off:
+                reasons.append(f"persistence mode is off on GPU(s) {', '.join(off)}: cuda-checkpoint restore needs it")
+            total = _run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]).stdout
+            need = sum(int(m) for i, _, m in (line.partition(",") for line in total.splitlines())
+                       if i.strip().isdigit() and int(i) in gpus and m.strip().isdigit()) * 2**20
+            facts["host_ram_needed_bytes"] = need
+            if need > _mem_available_bytes():
+                reasons.append(f"checkpointing moves up to {need / 2**30:.1f} GiB of GPU memory to host RAM, but only "
+                               f"{_mem_available_bytes() / 2**30:.1f} GiB is available")
+    if mode == "vllm_snapshot":
+        if model.startswith("/") or not model:
+            reasons.append("snapshot create requires an immutable remote model: give a model id, not a local path")
+        if not re.fullmatch(r"[0-9a-f]{40}", revision or ""):
+            reasons.append("snapshot create requires a 40-character --revision (the model's commit hash)")
+        if tp != 1:
+            reasons.append(f"vllm snapshot supports TP1 only (this engine has TP={tp})")
+        if _run([vllm, "snapshot", "--help"], 120).returncode != 0 if shutil.which(vllm) else True:
+            reasons.append(f"'{vllm} snapshot' is not available (needs vLLM with the snapshot command)")
+    return reasons, facts
+
+
+class _Lock:
+    """An exclusive lock on the node's /dev/shm snapshot lock file, waited for up to ``timeout_s``."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.fh: Any = None
+
+    def __enter__(self) -> _Lock:
+        self.fh = LOCK.open("a")
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("another snapshot operation holds /dev/shm") from None
+                time.sleep(0.5)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def _state(pid: int) -> str:
+    """The process state letter (R, S, T, Z...), or '' when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _stop_group(pgid: int, grace_s: float = 60) -> None:
+    """Stop a process group that is not our child (a restored tree): TERM, wait, KILL."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGCONT)  # a frozen tree must be able to die
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+class SnapshotRun:
+    def __init__(self, args: argparse.Namespace, launch: dict[str, Any]) -> None:
+        self.args = args
+        self.timer = Timer(launch, args.log, args.poll_s, args.timeout_s)
+        self.out = self.timer.out
+        self.images = args.images
+
+    def _criu(self, action: str, extra: list[str]) -> subprocess.CompletedProcess[str]:
+        # -W puts the tool's log beside the server log, where the collect phase fetches it.
+        argv = [self.args.criu, action, "-D", str(self.images), "-W", str(self.args.log.parent), "-o",
+                f"{action}.log", "--tcp-established", *extra]
+        if self.args.libdir:
+            argv += ["-L", self.args.libdir]
+        return _run(argv, self.args.timeout_s)
+
+    def _wait_token(self, event: str, since: float) -> bool:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if _first_token(self.timer.port, self.timer.model, timeout=30):
+                self.out[event] = round(time.time() - since, 4)
+                return True
+            time.sleep(self.args.poll_s)
+        return False
+
+    def criu(self) -> int:
+        pid = self.timer.proc.pid if self.timer.proc else 0
+        if self.images.exists():
+            shutil.rmtree(self.images)
+        self.images.mkdir(parents=True)
+        started = time.time()
+        dump = self._criu("dump", ["-t", str(pid)])
+        self.out["dump_s"] = round(time.time() - started, 4)
+        if dump.returncode != 0:
+            time.sleep(0.2)
+            state = _state(pid)
+            self.out["after_failed_dump"] = {"T": "frozen", "": "gone", "Z": "gone"}.get(state, "running")
+            if state == "T":  # never leave it half-frozen
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGCONT)
+            self.out["error"] = f"criu dump failed with rc {dump.returncode} (see dump.log)"
+            return EXIT_DIED
+        self.timer.proc.wait(timeout=30)  # CRIU killed the dumped tree: reap our child
+        self.out["image_bytes"] = _du(self.images)
+        self.out["port_free_after_dump"] = not _port_open(self.timer.port)
+        started = time.time()
+        restore = self._criu("restore", ["-d"])
+        self.out["restore_s"] = round(time.time() - started, 4)
+        if restore.returncode != 0:
+            self.out["error"] = f"criu restore failed with rc {restore.returncode} (see restore.log)"
+            return EXIT_DIED
+        self.out["restored_pid_same"] = _state(pid) not in ("", "Z")
+        if not self._wait_token("restore_to_first_token_s", started):
+            self.out["error"] = "the restored engine gave no token within 120 s"
+            return EXIT_DIED
+        return EXIT_OK
+
+    def _gpu_pids(self) -> list[int]:
+        pgid = self.timer.proc.pid if self.timer.proc else 0
+        out = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], 60).stdout
+        pids = []
+        for line in out.split():
+            with contextlib.suppress(ValueError, ProcessLookupError):
+                if os.getpgid(int(line)) == pgid:
+                    pids.append(int(line))
+        return pids
+
+    def cuda_checkpoint(self) -> int:
+        pids = self._gpu_pids()
+        self.out["gpu_pids"] = pids
+        if not pids:
+            self.out["error"] = "no process of the engine holds GPU memory (nvidia-smi --query-compute-apps)"
+            return EXIT_DIED
+        self.out["gpu_mem_mib_before"] = _gpu_memory_mib(self.timer.gpus)
+        for action in ("lock", "checkpoint", "restore", "unlock"):
+            started = time.time()
+            for pid in pids:
+                done = _run([self.args.cuda_checkpoint, "--action", action, "--pid", str(pid)], self.args.timeout_s)
+                if done.returncode != 0:
+                    self.out["error"] = f"cuda-checkpoint --action {action} --pid {pid} failed: " \
+                                        f"{(done.stderr or done.stdout).strip()[-300:]}"
+                    return EXIT_DIED
+            self.out[f"{action}_s"] = round(time.time() - started, 4)
+            if action == "checkpoint":
+                self.out["gpu_mem_mib_while"] = _gpu_memory_mib(self.timer.gpus)
+            if action == "restore":
+                restored_at = started
+        self.out["gpu_mem_mib_after"] = _gpu_memory_mib(self.timer.gpus)
+        if not self._wait_token("restore_to_first_token_s", restored_at):
+            self.out["error"] = "no token within 120 s after cuda-checkpoint restore"
+            return EXIT_DIED
+        return EXIT_OK
+
+    def vllm_snapshot(self) -> int:
+        launch = self.timer.launch
+        argv = list(launch["argv"])
+        if argv[1:2] != ["serve"]:
+            self.out["error"] = "vllm_snapshot needs a vLLM process runtime (argv: vllm serve MODEL ...)"
+            return EXIT_BAD_INPUT
+        vllm, model, flags = argv[0], argv[2], argv[3:]
+        env = {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}, "HF_HUB_OFFLINE": "1"}
+        if self.args.libdir:
+            env["CRIU_CUDA_PLUGIN_DIR"] = self.args.libdir
+        sysctl = Path("/proc/sys/kernel/io_uring_disabled")
+        before = sysctl.read_text().strip() if sysctl.exists() else None
+        try:
+            if before is not None:
+                sysctl.write_text("2\n")
+            if self.images.exists():
+                shutil.rmtree(self.images)
+            self.images.parent.mkdir(parents=True, exist_ok=True)
+            started = time.time()
+            create = subprocess.run([vllm, "snapshot", "create", model, "--snapshot-dir", str(self.images),
+                                     "--revision", self.args.revision, *flags], env=env, capture_output=True,
+                                    text=True, check=False, timeout=self.args.timeout_s)
+            self.out["create_s"] = round(time.time() - started, 4)
+            (self.args.log.parent / "snapshot-create.log").write_text(create.stdout + create.stderr)
+            if create.returncode != 0:
+                self.out["error"] = f"vllm snapshot create failed with rc {create.returncode} (see snapshot-create.log)"
+                return EXIT_DIED
+            self.out["artifact_bytes"] = _du(self.images)
+            started = time.time()
+            restore = subprocess.run([vllm, "snapshot", "restore", str(self.images), "--host", "127.0.0.1",
+                                      "--port", str(self.timer.port)], env=env, capture_output=True, text=True,
+                                     check=False, timeout=self.args.timeout_s)
+            self.out["restore_s"] = round(time.time() - started, 4)
+            (self.args.log.parent / "snapshot-restore.log").write_text(restore.stdout + restore.stderr)
+            if restore.returncode != 0:
+                self.out["error"] = f"vllm snapshot restore failed with rc {restore.returncode} " \
+                                    "(see snapshot-restore.log)"
+                return EXIT_DIED
+            if not self._wait_token("restore_to_first_token_s", started):
+                self.out["error"] = "the restored server gave no token within 120 s"
+                return EXIT_DIED
+            return EXIT_OK
+        finally:
+            if before is not None:
+                sysctl.write_text(f"{before}\n")
+            self._stop_listener()
+
+    def _stop_listener(self) -> None:
+        """The restored server is detached: find it by its port and stop its process group."""
+        if shutil.which("ss") is None:
+            return
+        out = _run(["ss", "-Hltnp", f"sport = :{self.timer.port}"], 30).stdout
+        for pid in {int(m) for m in re.findall(r"pid=(\d+)", out)}:
+            with contextlib.suppress(ProcessLookupError):
+                _stop_group(os.getpgid(pid))
+
+    def stop(self) -> None:
+        if self.timer.proc is not None and self.timer.proc.poll() is not None:
+            _stop_group(self.timer.proc.pid)  # a restored tree is no longer our child
+            self.out["events"]["stopped"] = round(time.time() - self.timer.t0, 4)
+        self.timer.stop()
+
+
+def _main_gates(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m nodetools.snapshot gates")
+    p.add_argument("--mode", required=True, choices=("criu", "cuda_checkpoint", "vllm_snapshot"))
+    p.add_argument("--criu", default="criu")
+    p.add_argument("--libdir", default="")
+    p.add_argument("--cuda-checkpoint", default="cuda-checkpoint")
+    p.add_argument("--gpus", default="")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--model", default="")
+    p.add_argument("--revision", default="")
+    p.add_argument("--vllm", default="vllm")
+    a = p.parse_args(argv)
+    gpus = [int(g) for g in a.gpus.split(",") if g.strip()]
+    reasons, facts = gates(a.mode, a.criu, a.libdir, a.cuda_checkpoint, gpus, a.tp, a.model, a.revision, a.vllm)
+    sys.stdout.write(json.dumps({"reasons": reasons, "facts": facts}) + "\n")
+    return 0
+
+
+def _main_measure(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m nodetools.snapshot measure")
+    p.add_argument("--mode", required=True, choices=("criu", "cuda_checkpoint", "vllm_snapshot"))
+    p.add_argument("--launch", type=Path, required=True)
+    p.add_argument("--log", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--images", type=Path, required=True)
+    p.add_argument("--criu", default="criu")
+    p.add_argument("--libdir", default="")
+    p.add_argument("--cuda-checkpoint", default="cuda-checkpoint")
+    p.add_argument("--revision", default="")
+    p.add_argument("--poll-s", type=float, default=0.05)
+    p.add_argument("--timeout-s", type=float, default=1800)
+    args = p.parse_args(argv)
+    try:
+        launch = json.loads(args.launch.read_text())
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"snapshot: bad --launch {args.launch}: {exc}\n")
+        return EXIT_BAD_INPUT
+    run = SnapshotRun(args, launch)
+    rc = EXIT_BAD_INPUT
+    try:
+        with _Lock(args.timeout_s):
+            if args.mode == "vllm_snapshot":
+                rc = run.vllm_snapshot()
+            else:
+                run.timer.start()
+                rc = run.timer.wait_first_token("first_token")
+                if rc == EXIT_OK:
+                    run.out["first_token_s"] = run.out["events"]["first_token"]
+                    rc = run.criu() if args.mode == "criu" else run.cuda_checkpoint()
+                elif "error" not in run.out:
+                    run.out["error"] = "the engine did not start (see server.log)"
+    except TimeoutError as exc:
+        run.out["error"] = str(exc)
+        rc = EXIT_DIED
+    finally:
+        run.stop()
+        run.out["rc"] = rc
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(run.out, indent=2, sort_keys=True) + "\n")
+        tmp.replace(args.out)
+    if rc != EXIT_OK:
+        sys.stderr.write(f"snapshot: {run.out.get('error', 'failed')}\n")
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["gates"]:
+        return _main_gates(args[1:])
+    if args[:1] == ["measure"]:
+        return _main_measure(args[1:])
+    sys.stderr.write("usage: python -m nodetools.snapshot {gates|measure} ... (see --help of each)\n")
+    return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
