@@ -18,7 +18,7 @@ from typing import Any
 
 from runner.execute import PhaseResult, run_phase
 from runner.experiments import KINDS
-from runner.experiments.base import TrialContext
+from runner.experiments.base import Phase, TrialContext
 from runner.experiments.facts import PLAYBOOK as FACTS_PLAYBOOK
 from runner.inventory import Inventory
 from runner.livelog import LogFollower
@@ -96,17 +96,18 @@ def _preflight(ctx: _Ctx, host: str) -> tuple[dict[str, Any] | None, str]:
     return (facts if isinstance(facts, dict) else None), ""
 
 
-def _run_phase_followed(ctx: _Ctx, trial: Trial, phase_name: str, playbook: str, follow: str | None,
-                        trial_dir: Path, extravars: dict[str, Any]) -> PhaseResult:
+def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path,
+                        extravars: dict[str, Any]) -> PhaseResult:
+    """One phase through ansible-runner, tailing the node's log for the display meanwhile."""
     follower = None
-    if ctx.follow and follow and ctx.inventory is not None:
+    if ctx.follow and phase.follow and ctx.inventory is not None:
         conn = ctx.inventory.connection(trial.host)
-        remote = f"{extravars['exp_remote_dir']}/{follow}"
+        remote = f"{extravars['exp_remote_dir']}/{phase.follow}"
         follower = LogFollower(conn, remote, lambda line: ctx.progress.log_line(trial.id, line))
         follower.start()
     try:
         return run_phase(
-            phase=phase_name, playbook=REPO_ROOT / playbook, project_dir=REPO_ROOT,
+            phase=phase.name, playbook=REPO_ROOT / phase.playbook, project_dir=REPO_ROOT,
             private_data_dir=trial_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=trial.host,
             extravars=extravars, timeout_s=trial.timeout_s, cancel=ctx.stop,
             on_task=lambda task: ctx.progress.task(trial.id, task),
@@ -144,7 +145,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
         if (failures or canceled or _skip_reason(trial_dir) is not None) and not phase.always:
             continue
         ctx.progress.phase(trial.id, phase.name)
-        result = _run_phase_followed(ctx, trial, phase.name, phase.playbook, phase.follow, trial_dir, extravars)
+        result = _run_phase_followed(ctx, trial, phase, trial_dir, extravars)
         record["phases"].append(result.as_dict())
         canceled = canceled or result.status == "canceled"
         if not result.ok and not canceled:
