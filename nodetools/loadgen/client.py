@@ -50,8 +50,11 @@ class Conversation:
             params["ignore_eos"] = True
         if temperature is not None:
             params["temperature"] = temperature
-        head = _ENCODE(params).encode()
-        return head[:-1] + b',"messages":[' + b",".join(self._encoded) + b"]}"
+        parts = [_ENCODE(params).encode()[:-1], b',"messages":[']
+        for i, message in enumerate(self._encoded):
+            parts.extend((b"," if i else b"", message))
+        parts.append(b"]}")
+        return b"".join(parts)  # one copy of the (long) history, not several
 
 
 @dataclass
