@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["startup_chart"]
+__all__ = ["offload_ttft_chart", "offload_turn_wall_chart", "startup_chart"]
 
 _STARTUP_PHASES = (("weights_s", "weights"), ("compile_s", "torch.compile"), ("graph_capture_s", "CUDA graphs"),
                    ("kernel_jit_s", "kernel JIT + warm-up"), ("engine_other_s", "profile, KV allocation"),
@@ -54,3 +54,46 @@ def startup_chart(frame: pd.DataFrame, path: Path) -> Path | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _offload_lines(turns: pd.DataFrame, column: str, path: Path, ylabel: str, title: str,
+                   band: str | None = None) -> Path | None:
+    """One line per trial over the turns (repeats apart: read them side by side, not averaged);
+    a trial that stopped early is dashed and labelled so."""
+    if turns.empty or column not in turns:
+        return None
+    data = turns[turns[column].notna()]
+    if data.empty:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for (_trial, mode, repeat, status), rows in data.groupby(["trial_id", "mode", "repeat", "status"], sort=False):
+        group = rows.sort_values("turn")
+        x = group["turn"].astype(int)
+        y = group[column].astype(float)
+        label = f"{mode} r{repeat}" + (" (stopped early)" if status != "ok" else "")
+        line = ax.plot(x, y, marker="o", linestyle="-" if status == "ok" else "--", label=label)[0]
+        if band is not None and band in group:
+            ax.fill_between(x, y, group[band].astype(float), color=line.get_color(), alpha=0.15)
+    ax.set_xlabel("turn (0 = first visit, cold in every mode)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_xticks(sorted(int(t) for t in data["turn"].unique()))
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def offload_ttft_chart(turns: pd.DataFrame, path: Path) -> Path | None:
+    """Median time to first token per turn and mode, the band up to the p90."""
+    return _offload_lines(turns, "ttft_median_s", path, "seconds to first token (median; band to p90)",
+                          "Offload: TTFT per turn", band="ttft_p90_s")
+
+
+def offload_turn_wall_chart(turns: pd.DataFrame, path: Path) -> Path | None:
+    """Wall time of each whole turn (all sessions, behind the barrier) per mode."""
+    return _offload_lines(turns, "turn_wall_s", path, "seconds per turn (all sessions)",
+                          "Offload: turn wall time")

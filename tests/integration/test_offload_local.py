@@ -1,0 +1,184 @@
+"""The offload experiment end to end on this machine with the stand-in, through real ansible-runner:
+the seed's shape, the preflight's refusals, and an engine that dies in the middle of the load."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from runner.cli import main
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_port_pair() -> int:
+    """A free port whose successor is free too (engine copy 1 listens there)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def port_answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+def local_campaign(tmp_path: Path, **changes: Any) -> dict[str, Any]:
+    """campaigns/offload-local.yaml as shipped, moved to this test's folders and a free port."""
+    data = yaml.safe_load((REPO / "campaigns/offload-local.yaml").read_text())
+    data.update(inventory="inventory", remote_dir=str(tmp_path / "remote"), **changes)
+    data["engine"].update(port=free_port(), model=str(tmp_path / "model"), cache_root=str(tmp_path / "cache"))
+    return data
+
+
+def rows(results: Path, name: str) -> list[dict[str, str]]:
+    with (results / name).open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_local_campaign_shows_the_seeds_shape(write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
+    data = local_campaign(tmp_path)
+    results = tmp_path / "results"
+    assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results)]) == 0
+    trials = {r["mode"]: r for r in rows(results, "offload.csv")}
+    hbm, native = trials["hbm_only"], trials["native_cpu"]
+    assert hbm["status"] == native["status"] == "ok"
+    # HBM only: the working set is ~1.3x the pool, so the GPU prefix cache hits almost nothing.
+    assert float(hbm["ws_over_hbm"]) == pytest.approx(1.31, abs=0.05)
+    assert float(hbm["prefix_hit_pct_metrics_run"]) < 5 and float(hbm["prefix_hit_pct_log_last"]) < 5
+    assert hbm["external_hit_pct_metrics_run"] == ""  # no connector, no external figure (never a 0)
+    # Native CPU offload: the revisits are external hits, and they are much faster.
+    assert float(native["external_hit_pct_metrics_run"]) > 60 and float(native["external_hit_pct_log_last"]) > 60
+    assert float(native["ttft_median_revisit_s"]) < 0.3 * float(hbm["ttft_median_revisit_s"])
+    assert float(native["turn_wall_median_revisit_s"]) < 0.6 * float(hbm["turn_wall_median_revisit_s"])
+    assert "a tier below host RAM cannot be reached" in native["tier_note"]
+    for row in (hbm, native):
+        assert row["barrier_ok"] == "True" and row["requests_ok"] == "32" and row["requests_failed"] == "0"
+        assert row["quality"].startswith("n/a (engine=stand-in") and row["quality_correct"] == ""
+    turns = rows(results, "offload_turns.csv")
+    expected = [(m, str(t)) for m in ("hbm_only", "native_cpu") for t in range(4)]
+    assert [(r["mode"], r["turn"]) for r in turns] == expected
+    by = {(r["mode"], int(r["turn"])): r for r in turns}
+    for turn in (1, 2, 3):
+        assert float(by[("native_cpu", turn)]["cached_pct"]) > 90 > float(by[("hbm_only", turn)]["cached_pct"]) + 80
+    report = (results / "report.md").read_text()
+    for chart in ("offload_ttft.png", "offload_turn_wall.png"):
+        assert f"]({chart})" in report and (results / chart).stat().st_size > 10_000
+    raw = results / "trials/offload.native_cpu.r1@localhost/raw/localhost"
+    for name in ("server.log", "requests.jsonl", "run.json", "metrics_before.txt", "metrics_after.txt",
+                 "quality.jsonl", "preflight.json", "launch.json", "facts_after.json"):
+        assert (raw / name).is_file(), name
+    assert not port_answers(data["engine"]["port"])
+
+
+def test_preflight_refuses_with_its_numbers_and_starts_nothing(write_campaign: Callable[[str], Path],
+                                                               tmp_path: Path) -> None:
+    data = local_campaign(tmp_path)
+    workload = data["experiments"][1]["modes"]["hbm_only"]["workload"]
+    data["experiments"] = [{"kind": "offload", "timeout_s": 120, "modes": {"tiered": {
+        "workload": workload, "quality": {"enabled": False}, "engine_copies": 2, "offload_gib": 4096,
+        "fs_dir": str(tmp_path / "raid"), "fs_gib": 10**7}}}]
+    stale = Path("/dev/shm") / f"vllm_offload_test_{uuid.uuid4().hex}.mmap"
+    stale.write_bytes(b"\0" * 4096)
+    try:
+        results = tmp_path / "results"
+        assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results)]) == 0
+    finally:
+        stale.unlink(missing_ok=True)
+    (row,) = rows(results, "offload.csv")
+    assert row["status"] == "skipped"
+    reason = row["reason"]
+    assert reason.startswith("preflight refused: host RAM: 2 engine copies x 4,096 GiB offload x safety 2 = "
+                             "16384.0 GiB needed on this host, but only ")
+    assert "/dev/shm: 2 engine copies x 4,096 GiB = 8192.0 GiB needed for the native offload buffers" in reason
+    assert f"stale offload files in /dev/shm hold 0.0 GiB: {stale.name} (0.0 GiB)" in reason
+    assert f"file-system tier: {tmp_path}/raid/" in reason and "needs 10,000,000 GiB free" in reason
+    # Nothing was started: no engine, no server log; the numbers are kept.
+    raw = results / "trials/offload.tiered.r1@localhost/raw/localhost"
+    assert not (raw / "server.log").exists() and not (raw / "run.json").exists()
+    assert json.loads((raw / "preflight.json").read_text())["checks"]["shm"]["stale_files"] == [stale.name]
+    work = tmp_path / "remote" / data["name"] / "localhost" / "offload.tiered.r1@localhost"
+    assert not (work / "engine.pgid").exists()
+    assert not port_answers(data["engine"]["port"])
+
+
+def _kill_engine_when_loaded(work: Path, stop: threading.Event) -> None:
+    """SIGKILL the engine's process group once the load is under way (the OOM killer's way)."""
+    requests = work / "requests.jsonl"
+    while not stop.is_set():
+        with contextlib.suppress(OSError):
+            if len(requests.read_text().splitlines()) >= 3:
+                os.killpg(int((work / "engine.pgid").read_text().split()[0]), signal.SIGKILL)
+                return
+        time.sleep(0.05)
+
+
+def test_an_engine_dying_mid_run_fails_the_trial_with_its_error_and_leaves_the_node_clean(
+        write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
+    data = local_campaign(tmp_path)
+    mode = data["experiments"][1]["modes"]["hbm_only"]
+    mode.update(quality={"enabled": False}, engine_copies=2)  # copy 0 dies; copy 1 must be stopped too
+    data["engine"]["port"] = free_port_pair()
+    data["experiments"] = [{"kind": "offload", "timeout_s": 120, "modes": {"hbm_only": mode}}]
+    work = tmp_path / "remote" / data["name"] / "localhost" / "offload.hbm_only.r1@localhost"
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_engine_when_loaded, args=(work, stop), daemon=True)
+    killer.start()
+    try:
+        results = tmp_path / "results"
+        assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results)]) == 1
+    finally:
+        stop.set()
+        killer.join()
+    (row,) = rows(results, "offload.csv")
+    assert row["status"] == "failed"
+    reason = row["reason"]
+    assert reason.startswith("failed in phase measure: localhost: task 'Start the engine copies, run the load, "
+                             "snapshot /metrics, stop': non-zero return code: offload_run: engine copy 0 exited "
+                             "(killed by signal 9) during turn ")
+    assert re.search(r"of the load \(\d+ ok, \d+ failed, \d+ not sent of 32 requests\)", reason), reason
+    assert re.search(r"; requests: \d+ ok, \d+ failed, \d+ not sent; first request error: session \d+ turn \d+: ",
+                     reason), reason
+    assert "log tail: " in reason
+    raw = results / "trials/offload.hbm_only.r1@localhost/raw/localhost"
+    recs = [json.loads(line) for line in (raw / "requests.jsonl").read_text().splitlines()]
+    assert len({(r["session"], r["turn"]) for r in recs}) == 8 * 4  # every planned request has a record
+    assert {r["status"] for r in recs} == {"ok", "failed", "not_sent"}
+    run = json.loads((raw / "run.json").read_text())
+    assert run["rc"] == 3 and run["engine_died"] == "engine copy 0 exited (killed by signal 9)"
+    assert (raw / "server.c1.log").is_file() and (raw / "metrics_before.c1.txt").is_file()
+    # The node is clean: both engines' groups are gone and their ports are free.
+    for pgid_file in (work / "engine.pgid", work / "copy1" / "engine.pgid"):
+        with pytest.raises(ProcessLookupError):
+            os.killpg(int(pgid_file.read_text().split()[0]), 0)
+    assert not port_answers(data["engine"]["port"]) and not port_answers(data["engine"]["port"] + 1)

@@ -1,0 +1,158 @@
+"""The offload kind: modes rendered from data, strict parameters, resources, and collect on real artefacts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from runner.errors import SpecError
+from runner.experiments.base import TrialContext
+from runner.experiments.offload import KIND, MODES, working_set
+from runner.spec import load_campaign
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURES = REPO / "tests/fixtures"
+
+
+def engine_filter() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("engine_filter", REPO / "plugins/filter/engine.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def recipe(mode: str, **params: object) -> dict[str, object]:
+    return MODES[mode].model_validate(params).model_dump(mode="json")["recipe"]
+
+
+def test_native_cpu_is_the_seeds_flag_pair() -> None:
+    argv = engine_filter().engine_argv(recipe("native_cpu", offload_gib=200)["args"])
+    assert argv == ["--enable-prompt-tokens-details", "--kv-offloading-backend", "native", "--kv-offloading-size",
+                    "200.0"]
+    assert engine_filter().engine_argv(recipe("hbm_only")["args"]) == ["--enable-prompt-tokens-details"]
+
+
+def test_tiered_renders_a_tiering_spec_with_an_fs_tier() -> None:
+    r = recipe("tiered", offload_gib=64, fs_dir="/mnt/data/kv_cache")
+    argv = engine_filter().engine_argv(r["args"])
+    config = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    extra = config["kv_connector_extra_config"]
+    assert config["kv_connector"] == "OffloadingConnector" and extra["spec_name"] == "TieringOffloadingSpec"
+    assert extra["cpu_bytes_to_use"] == 64 * 2**30
+    assert extra["secondary_tiers"] == [{"type": "fs", "root_dir": "{trial_fs_dir}", "n_read_threads": 32,
+                                         "n_write_threads": 16}]
+    assert r["min_version"] == "0.22.0" and r["fs"] is True and r["shm"] is True
+
+
+def test_lmcache_modes_use_the_connector_and_its_environment() -> None:
+    cpu = recipe("lmcache_cpu", offload_gib=200, image="lmcache/vllm-openai:v0.5.6rc3")
+    assert cpu["args"]["kv-transfer-config"] == {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+    assert cpu["env"] == {"LMCACHE_CHUNK_SIZE": "256", "LMCACHE_LOCAL_CPU": "True", "LMCACHE_MAX_LOCAL_CPU_SIZE": "200"}
+    assert cpu["image"] == "lmcache/vllm-openai:v0.5.6rc3" and cpu["shm"] is False
+    disk = recipe("lmcache_disk", offload_gib=20, fs_gib=500)
+    assert disk["env"]["LMCACHE_LOCAL_DISK"] == "file://{trial_fs_dir}/"
+    assert disk["env"]["LMCACHE_MAX_LOCAL_DISK_SIZE"] == "500"
+    assert disk["standin"] == "the stand-in does not model LMCache's local disk backend"
+
+
+def test_resources_reserve_ram_for_every_copy_with_the_safety_factor() -> None:
+    params = MODES["native_cpu"].model_validate({"offload_gib": 96, "engine_copies": 4}).model_dump(mode="json")
+    res = KIND.resources(TrialContext("native_cpu", params, {"gpus": [0, 1, 2, 3]}))
+    assert res.host_ram_gib == 96 * 4 * 2.0 and res.exclusive and res.gpus == (0, 1, 2, 3)
+
+
+def test_parameters_are_strict_per_mode(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign("""\
+name: bad
+inventory: inventory
+engine: {model: /m}
+experiments:
+  - kind: offload
+    modes:
+      hbm_only: {offload_gib: 10}
+      native_cpu: {offload_gib: 0, workload: {sessions: 0, turns: 2}}
+""")
+    with pytest.raises(SpecError) as info:
+        load_campaign(path, check_hosts=False)
+    assert info.value.lines == [
+        f"{path}:7: experiments[0].modes.hbm_only.offload_gib: unknown key",
+        f"{path}:8: experiments[0].modes.native_cpu.workload.sessions: must be >= 1",
+        f"{path}:8: experiments[0].modes.native_cpu.offload_gib: must be > 0",
+    ]
+
+
+@pytest.mark.parametrize("name", ["offload-local.yaml", "offload-h200.yaml"])
+def test_shipped_campaigns_validate(name: str) -> None:
+    loaded = load_campaign(REPO / "campaigns" / name, check_hosts=False)
+    offload = loaded.modes[[e.kind for e in loaded.campaign.experiments].index("offload")]
+    assert {"hbm_only", "native_cpu"} <= set(offload)
+    assert offload["hbm_only"]["workload"] == offload["native_cpu"]["workload"]
+
+
+def test_working_set_says_which_tier_can_be_reached() -> None:
+    seed = working_set(3_660_000, 32, 2_920_000, 0)
+    assert seed["ws_over_hbm"] == 1.253 and "1.25x the GPU KV pool" in seed["tier_note"]
+    # The seed's RAID tier: 4 GPUs held the whole working set.
+    raid = working_set(3_660_000, 32, 4_310_000, 6_000_000)
+    assert raid["tier_note"].startswith("working set 3,660,000 tokens fits the GPU KV pool (4,310,000)")
+    ram = working_set(3_660_000, 32, 2_920_000, 6_000_000)
+    assert "a tier below host RAM cannot be reached" in ram["tier_note"] and ram["ws_over_hbm_plus_host"] == 0.41
+    fs = working_set(3_660_000, 32, 2_920_000, 300_000)
+    assert fs["tier_note"].endswith("a file-system tier can be reached")
+
+
+def _requests(turns: int, sessions: int) -> str:
+    lines = []
+    for turn in range(turns):
+        for s in range(sessions):
+            t0 = 1000.0 + 10 * turn + s
+            lines.append(json.dumps({
+                "session": s, "turn": turn, "attempt": 1, "final": True, "status": "ok", "engine": 0, "error": None,
+                "t_start": t0, "t_first_token": t0 + 0.5, "t_end": t0 + 2, "ttft_s": 2.0 if turn == 0 else 0.5,
+                "latency_s": 2.0, "prompt_tokens": 100_000 + 2_800 * turn, "completion_tokens": 400,
+                "cached_tokens": 0 if turn == 0 else 99_000}))
+    return "\n".join(lines) + "\n"
+
+
+def test_collect_on_real_vllm_artefacts(tmp_path: Path) -> None:
+    raw = tmp_path / "raw" / "h200"
+    raw.mkdir(parents=True)
+    log = (FIXTURES / "vllm_logs/real/vllm-0.24.0-h200-offload_native.log").read_text()
+    during = ("(APIServer pid=31055) INFO 11-29 14:52:10 [loggers.py:259] Engine 000: Avg prompt throughput: "
+              "9000.0 tokens/s, Avg generation throughput: 300.0 tokens/s, Running: 8 reqs, Waiting: 0 reqs, GPU KV "
+              "cache usage: 97.0%, Prefix cache hit rate: 1.5%, External prefix cache hit rate: 97.7%\n")
+    after = during.replace("14:52:10", "14:53:10").replace("1.5%", "60.0%").replace("97.7%", "12.0%")
+    head = log[:log.index("(APIServer pid=31055) INFO:     Shutting down")] if "Shutting down" in log else log
+    (raw / "server.log").write_text(head + during + after)
+    load_end = len((head + during).encode())
+    shutil.copy(FIXTURES / "metrics/vllm_0.24_before.prom", raw / "metrics_before.txt")
+    shutil.copy(FIXTURES / "metrics/vllm_0.24_after.prom", raw / "metrics_after.txt")
+    (raw / "requests.jsonl").write_text(_requests(turns=3, sessions=4))
+    (raw / "run.json").write_text(json.dumps({
+        "ready_s": 92.1, "log_offsets": [{"load_start": 0, "load_end": load_end}],
+        "load": {"load_wall_s": 30.0, "turns_completed": 3, "client_cpu_s": 1.5,
+                 "loop_lag_ms": {"samples": 10, "p50_ms": 0.2, "p99_ms": 1.1, "max_ms": 2.0}},
+        "quality": {"applicable": True, "engine": "vllm", "total": 24, "correct": 24, "looping": 0,
+                    "failed_requests": 0}}))
+    params = MODES["native_cpu"].model_validate(
+        {"offload_gib": 8, "workload": {"sessions": 4, "history_tokens": 100_000, "turns": 3}}).model_dump(mode="json")
+    metrics = KIND.collect(TrialContext("native_cpu", params, {}, tmp_path, "h200"))
+    # The log's last stats line *of the load*, not the one written during the quality check.
+    assert metrics["prefix_hit_pct_log_last"] == 1.5 and metrics["external_hit_pct_log_last"] == 97.7
+    assert metrics["prefix_hit_pct_metrics_run"] == 75.0 and metrics["external_hit_pct_metrics_run"] == 80.0
+    assert metrics["kv_cache_tokens"] == 1_108_208
+    # 8 GiB at the GPU's 67.64 GiB / 1,108,208 tokens.
+    assert metrics["host_tier_tokens"] == int(8 * 1_108_208 / 67.64)
+    assert metrics["host_tier_source"] == "estimate from GPU bytes per token"
+    assert metrics["working_set_tokens"] == 4 * (100_000 + 2 * 2_800 + 400)
+    assert metrics["quality"] == "24/24 correct, 0/24 looping" and metrics["quality_correct"] == 24
+    assert metrics["ttft_median_turn0_s"] == 2.0 and metrics["ttft_median_revisit_s"] == 0.5
+    assert metrics["barrier_ok"] is True and metrics["requests_ok"] == 12
+    assert metrics["cached_pct_usage"] == round(100 * 8 * 99_000 / (4 * (100_000 + 102_800 + 105_600)), 2)
