@@ -105,6 +105,9 @@ class Knobs:
     wake_s: float = _knob(0.1, "Seconds to wake up.")
     sleep_residual_gib: float = _knob(1.25, "GiB `still in use` after falling asleep.")
     api_start_s: float = _knob(0.1, "Seconds between `init engine` and the API server listening.")
+    crash_after_requests: int = _knob(0, "Failure drill: after this many finished requests the engine logs "
+                                      "vLLM's `Worker proc VllmWorker-0 died unexpectedly` and exits 1 "
+                                      "(0 = never).")
     log_style: str = _knob("0.24", "Log line variants: `0.24` (vLLM 0.24.0, as in the reference logs) or "
                            "`legacy` (older wording: `Starting vLLM API server 0 on`, `GiB memory`, "
                            "`EngineCore_DP0`, `init engine ... took X seconds`).")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
+import os
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -44,6 +46,7 @@ class EngineParams:
     sleep_s: float
     wake_s: float
     log_style: str
+    crash_after_requests: int = 0
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ class Engine:
         self.sleep_level = 0
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
+        self.finished = 0
         stats.probe = self
 
     # Probe for the gauges and the stats line.
@@ -366,6 +370,16 @@ class Engine:
         self.stats.e2e.observe(self._loop.time() - req.arrival)
         if reason == "abort":
             req.events.put_nowait(("", reason))
+        self.finished += 1
+        if self.p.crash_after_requests and self.finished >= self.p.crash_after_requests:
+            self._crash()
+
+    def _crash(self) -> None:
+        """The failure drill: die the way a vLLM worker dies (OOM-killed, NCCL error), mid-load."""
+        self.log.error("Worker proc VllmWorker-0 died unexpectedly, shutting down executor.")
+        self.log.error("EngineCore encountered a fatal error.")
+        logging.shutdown()
+        os._exit(1)
 
     # Cache control and sleep mode.
     def reset_prefix_cache(self) -> bool:

@@ -390,7 +390,8 @@ def _build_engine(cfg: ServeConfig, result: StartupResult, max_model_len: int, a
         fs_load_s_per_token=k.fs_load_s_per_token, decode_s_per_token=k.decode_s_per_token,
         step_overhead_s=k.step_overhead_s, text_min_tokens=k.text_min_tokens,
         text_max_tokens=k.text_max_tokens,
-        seed=cfg.seed, sleep_s=k.sleep_s, wake_s=k.wake_s, log_style=k.log_style)
+        seed=cfg.seed, sleep_s=k.sleep_s, wake_s=k.wake_s, log_style=k.log_style,
+        crash_after_requests=k.crash_after_requests)
     memory = MemoryFigures(result.model_gib, result.kv_gib, result.graphs_gib, k.sleep_residual_gib)
     return Engine(params, kv, tokenizer=Tokenizer(k.vocab_size), stats=stats, memory=memory, log_engine=eng,
                   log_api=api)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import httpx
 
+from runner.parse.vllm_log import parse_log_file
 from tests.standin.support import REPO, StandinFactory
 
 
@@ -72,3 +76,33 @@ def test_known_unmodelled_flags_are_accepted_with_a_warning(standin: StandinFact
     for absent in ("Using cache directory", "torch.compile took", "Graph capturing finished"):
         assert absent not in log
     assert "[shutdown] EngineCore: trigger received signal=SIGINT" in log
+
+
+def test_crash_drill_dies_like_a_vllm_worker(tmp_path: Path) -> None:
+    """--standin-crash-after-requests: the log carries vLLM's worker-death lines and the exit is 1."""
+    model = tmp_path / "m"
+    subprocess.run([sys.executable, "-m", "nodetools.standin", "make-model", str(model), "--size-mib", "1"],
+                   check=True, capture_output=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "nodetools.standin", "serve", str(model), "--port", str(port),
+                                 "--standin-crash-after-requests", "1", "--standin-compile-miss-s", "0",
+                                 "--standin-jit-miss-s", "0", "--standin-graph-capture-s", "0"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        body = b'{"model": "%s", "prompt": "hi", "max_tokens": 2}' % str(model).encode()
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(urllib.request.Request(
+                    f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"}), timeout=5)
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert proc.wait(timeout=10) == 1
+    finally:
+        proc.kill()
+    assert {"worker_died", "engine_core_fatal"} <= set(parse_log_file(log)["errors"])
