@@ -95,7 +95,7 @@ def test_crash_drill_dies_like_a_vllm_worker(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 30
         body = b'{"model": "%s", "prompt": "hi", "max_tokens": 2}' % str(model).encode()
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and proc.poll() is None:
             try:
                 urllib.request.urlopen(urllib.request.Request(
                     f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"}), timeout=5)
