@@ -228,6 +228,15 @@ class SnapshotRun:
             self.out["error"] = f"criu dump failed with rc {dump.returncode} (see dump.log)"
             return EXIT_DIED
         self.timer.proc.wait(timeout=30)  # CRIU killed the dumped tree: reap our child
+        # Killed children linger as zombies until PID 1 reaps them, and while any of them still
+        # names the engine's PID as its group, the restore cannot have that PID back.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
         self.out["image_bytes"] = _du(self.images)
         self.out["port_free_after_dump"] = not _port_open(self.timer.port)
         started = time.time()

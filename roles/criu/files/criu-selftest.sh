@@ -9,7 +9,14 @@ rm -rf "$work"
 mkdir -p "$work/img"
 counter=$work/counter
 # A plain process in its own session, no terminal: what `criu dump` can take without --shell-job.
-setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > "$0"; sleep 0.1; done' "$counter" < /dev/null > /dev/null 2>&1 &
+# It forks nothing: a killed child left as a zombie (a slow PID 1 reaps late) would keep the
+# session's PID in use, and the restore needs that PID back.
+setsid python3 -c 'import sys, time
+i = 0
+while True:
+    i += 1
+    open(sys.argv[1], "w").write(f"{i}\n")
+    time.sleep(0.1)' "$counter" < /dev/null > /dev/null 2>&1 &
 pid=$!
 sleep 1
 [ -n "$(cat "$counter" 2>/dev/null)" ] || { echo '{"ok": false, "step": "start"}'; exit 1; }
@@ -22,6 +29,8 @@ fail() {
 t0=$(date +%s%N)
 "$criu" dump -t "$pid" -D "$work/img" -o dump.log -v4 || fail dump img/dump.log
 t1=$(date +%s%N)
+# This shell is the dumped process's parent: reap it, or its zombie keeps the PID the restore needs.
+wait "$pid" 2>/dev/null
 # The dumped process is gone (a zombie, if any, counts as gone: PID 1 may reap it late).
 state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1)
 case $state in "" | Z) ;; *) fail still-running img/dump.log ;; esac
