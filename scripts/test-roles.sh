@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Role tests (docs/roles.md): `molecule test` for every role scenario, against systemd containers
+# and a QEMU VM that this script starts and stops itself. Needs root (apt-get, network namespaces,
+# loop devices). What it does, each step timed:
+#   1. installs the system packages it needs (only those missing)
+#   2. builds, or reuses from .cache/role-test, the images (tests/roles/build.sh)
+#   3. starts a docker engine in a private network namespace (tests/roles/engine.sh)
+#   4. runs `molecule test` for each scenario inside that namespace
+#   5. stops everything it started (also on failure or Ctrl-C) and prints the timings
+#
+#   scripts/test-roles.sh                     every scenario (roles/*/molecule/*)
+#   scripts/test-roles.sh fio raid0_xfs       these roles' scenarios (ROLE or ROLE:SCENARIO)
+#   scripts/test-roles.sh --shell             engine up, a shell in the namespace: run molecule by hand
+# Exit status: 0 when every scenario passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=tests/roles/lib.sh
+source tests/roles/lib.sh
+
+# The harness's own needs; what the roles install inside the test hosts comes from the images.
+HOST_PACKAGES=(docker.io debootstrap qemu-system-x86 qemu-utils e2fsprogs xfsprogs apt-utils fio
+  iproute2 util-linux openssh-client python3)
+# Keep in step with pyproject.toml's dev extras.
+MOLECULE_PINS=(molecule==26.10.0 molecule-plugins==26.10.12)
+
+shell=false
+selected=()
+for arg in "$@"; do
+  case $arg in
+    --shell) shell=true ;;
+    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    -*) rt_die "unknown option $arg (see --help)" ;;
+    *) selected+=("$arg") ;;
+  esac
+done
+
+[ "$(id -u)" -eq 0 ] || rt_die "the role tests need root (apt-get, network namespaces, loop devices)"
+[ -x .venv/bin/python ] || rt_die "no .venv: run scripts/setup.sh --dev first"
+
+RT_TIMINGS=$(mktemp /tmp/rt-timings.XXXXXX)
+export RT_TIMINGS
+total_start=$(date +%s.%N)
+
+install_host_packages() {
+  local missing=() pkg
+  for pkg in "${HOST_PACKAGES[@]}"; do
+    dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && { rt_log "system packages: all present"; return 0; }
+  rt_log "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
+}
+
+ensure_molecule() {
+  if ! .venv/bin/python -c 'import molecule, molecule_plugins' 2>/dev/null; then
+    rt_log "installing ${MOLECULE_PINS[*]} into .venv"
+    .venv/bin/python -m pip install -q "${MOLECULE_PINS[@]}"
+  fi
+}
+
+scenarios() {
+  local path role scenario want
+  for path in roles/*/molecule/*/molecule.yml; do
+    [ -f "$path" ] || continue
+    role=$(echo "$path" | cut -d/ -f2)
+    scenario=$(echo "$path" | cut -d/ -f4)
+    if [ ${#selected[@]} -eq 0 ]; then
+      echo "$role:$scenario"
+      continue
+    fi
+    for want in "${selected[@]}"; do
+      [ "$want" = "$role" ] || [ "$want" = "$role:$scenario" ] && echo "$role:$scenario"
+    done
+  done
+}
+
+cleanup() {
+  local rc=$? dir
+  trap - EXIT INT TERM
+  if [ -n "${bg_pid:-}" ] && kill -0 "$bg_pid" 2>/dev/null; then
+    rt_log "stopping the background scenarios"
+    kill -TERM -- "-$bg_pid" 2>/dev/null || true
+  fi
+  if [ -n "${RT_RUN:-}" ] && [ -f "$RT_RUN/scenario.pids" ]; then
+    while read -r pid; do
+      kill -TERM -- "-$pid" 2>/dev/null || true
+    done < "$RT_RUN/scenario.pids"
+    sleep 1
+  fi
+  [ -n "${bg_pid:-}" ] && wait "$bg_pid" 2>/dev/null || true
+  if [ -n "${RT_RUN:-}" ] && [ -d "$RT_RUN" ]; then
+    rt_log "stopping what this run started"
+    for dir in "$RT_RUN"/vms/*/; do
+      [ -d "$dir" ] && tests/roles/vm.sh destroy "$(basename "$dir")" || true
+    done
+    for dir in "$RT_RUN"/containers/*/; do
+      [ -d "$dir" ] && tests/roles/container.sh destroy "$(basename "$dir")" || true
+    done
+    tests/roles/engine.sh stop || true
+    if [ $rc -ne 0 ]; then
+      rm -rf "$RT_CACHE/last-run"
+      cp -a "$RT_RUN" "$RT_CACHE/last-run" 2>/dev/null || true
+      rt_log "logs of this run kept in $RT_CACHE/last-run"
+    fi
+    rm -rf "$RT_RUN"
+  fi
+  if [ -s "$RT_TIMINGS" ]; then
+    printf '\nrole tests: timings (wall seconds)\n' >&2
+    awk -F'\t' '{ printf "  %8.1f  %-55s %s\n", $1, $2, $3 }' "$RT_TIMINGS" >&2
+    printf '  %8.1f  %s\n' "$(rt_since "$total_start")" "total" >&2
+  fi
+  rm -f "$RT_TIMINGS"
+  exit $rc
+}
+
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+rt_step "system packages" install_host_packages
+rt_step "molecule in .venv" ensure_molecule
+
+mkdir -p "$RT_CACHE"
+exec 9> "$RT_CACHE/.lock"
+flock -n 9 || rt_die "another role-test run holds $RT_CACHE/.lock"
+
+rt_step "images (build or reuse)" tests/roles/build.sh
+
+RT_RUN=$(mktemp -d /tmp/rt.XXXXXX)
+RT_NETNS=rt-${RT_RUN##*.}
+export RT_RUN RT_NETNS
+rt_step "engine start (netns $RT_NETNS)" tests/roles/engine.sh start
+export DOCKER_HOST=unix://$RT_RUN/docker/docker.sock
+export PATH=$RT_REPO/.venv/bin:$PATH
+export ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0} PY_COLORS=${PY_COLORS:-0}
+# Each playbook's duration ("Playbook run took ..."), so a slow molecule step shows in the log.
+export ANSIBLE_CALLBACKS_ENABLED=${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.timer}
+
+# Ansible's ssh ControlMaster sockets are named after address and port, and the next scenario's
+# container may get the address of the last one: one socket folder per scenario, so a dead
+# container's master connection is never reused.
+if $shell; then
+  rt_log "a shell in namespace $RT_NETNS; e.g. cd roles/fio && molecule converge; exit to stop everything"
+  ANSIBLE_SSH_CONTROL_PATH_DIR=$RT_RUN/ssh/shell rt_in_netns bash -i || true
+  exit 0
+fi
+
+mapfile -t todo < <(scenarios)
+[ ${#todo[@]} -gt 0 ] || rt_die "no scenario matches: ${selected[*]:-} (roles/*/molecule/*/molecule.yml)"
+mkdir -p "$RT_RUN/logs"
+
+# `molecule test` in the namespace, in a session of its own (so that cleanup can stop it and its
+# ansible-playbook children), waited for with `wait` (which a signal interrupts, unlike a
+# foreground command).
+molecule_test() {
+  # shellcheck disable=SC2016  # expanded by the inner shell
+  setsid env ANSIBLE_SSH_CONTROL_PATH_DIR="$RT_RUN/ssh/$1.$2" \
+    nsenter --net="/run/netns/$RT_NETNS" -- bash -c 'cd "roles/$1" && molecule test -s "$2"' _ "$1" "$2" &
+  echo $! >> "$RT_RUN/scenario.pids"
+  wait $!
+}
+
+run_scenario() {  # ROLE:SCENARIO; records failures in $RT_RUN/failed
+  rt_step "molecule test ${1%%:*} (${1#*:})" molecule_test "${1%%:*}" "${1#*:}" || echo "$1" >> "$RT_RUN/failed"
+}
+
+# The VM scenarios spend most of their time in one emulated CPU; the container scenarios run
+# beside them (RT_PARALLEL=0: one after the other). A background scenario's output goes to
+# its log, printed when it ends.
+vm_todo=()
+ct_todo=()
+for item in "${todo[@]}"; do
+  if grep -q 'rt_kind: vm' "roles/${item%%:*}/molecule/${item#*:}/molecule.yml"; then
+    vm_todo+=("$item")
+  else
+    ct_todo+=("$item")
+  fi
+done
+bg_pid=""
+if [ "${RT_PARALLEL:-1}" = 1 ] && [ ${#vm_todo[@]} -gt 0 ] && [ ${#ct_todo[@]} -gt 0 ]; then
+  rt_log "VM scenarios (${vm_todo[*]}) run in the background; their output follows when they end"
+  set -m  # its own process group, so that cleanup can stop all of it
+  (for item in "${vm_todo[@]}"; do run_scenario "$item"; done) > "$RT_RUN/logs/vm-scenarios.log" 2>&1 &
+  bg_pid=$!
+  set +m
+  vm_todo=()
+fi
+for item in "${ct_todo[@]}" "${vm_todo[@]}"; do
+  run_scenario "$item"
+done
+if [ -n "$bg_pid" ]; then
+  wait "$bg_pid" || true
+  rt_log "output of the background VM scenarios:"
+  cat "$RT_RUN/logs/vm-scenarios.log"
+fi
+
+if [ -s "$RT_RUN/failed" ]; then
+  rt_log "FAILED: $(xargs < "$RT_RUN/failed")"
+  exit 1
+fi
+rt_log "all ${#todo[@]} scenarios passed"

@@ -1,0 +1,89 @@
+# Shared by the role-test harness scripts (sourced, not run). See docs/roles.md.
+#
+# RT_CACHE   images and the VM disk, kept between runs (default .cache/role-test, git-ignored)
+# RT_RUN     this run's state: docker engine socket, pid files, VM disks, logs (a short path,
+#            because unix socket paths are limited to 108 bytes)
+# RT_NETNS   the network namespace the docker engine, the containers, the VMs and molecule use
+# shellcheck shell=bash
+
+RT_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+RT_DIR=$RT_REPO/tests/roles
+RT_CACHE=${RT_CACHE:-$RT_REPO/.cache/role-test}
+RT_SUITE=${RT_SUITE:-bookworm}
+RT_KEY=$RT_CACHE/keys/id_ed25519
+export RT_REPO RT_DIR RT_CACHE RT_SUITE RT_KEY
+
+rt_log() { printf '[role-test %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+rt_die() { rt_log "ERROR: $*"; exit 1; }
+
+# The Debian mirror this machine's apt uses (never hard-coded): deb822 sources first.
+rt_mirror() {
+  local f uri
+  for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    uri=$(awk -v suite="$RT_SUITE" '
+      /^[[:space:]]*$/ { if (u != "" && s ~ ("(^| )" suite "( |$)")) { print u; exit } u = ""; s = ""; next }
+      /^URIs:/ { u = $2 } /^Suites:/ { $1 = ""; s = $0 }
+      END { if (u != "" && s ~ ("(^| )" suite "( |$)")) print u }' "$f" | head -n 1)
+    [ -n "$uri" ] && { echo "$uri"; return 0; }
+  done
+  uri=$(awk -v suite="$RT_SUITE" '$1 == "deb" && $0 ~ (" " suite " ") { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' \
+    /etc/apt/sources.list 2>/dev/null)
+  [ -n "$uri" ] && { echo "$uri"; return 0; }
+  rt_die "no apt source for $RT_SUITE in /etc/apt/sources.list{,.d/*.sources}: cannot debootstrap"
+}
+
+# Elapsed seconds since $1 (a `date +%s.%N` stamp), one decimal.
+rt_since() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
+
+# Run a step and record its wall time in $RT_TIMINGS (one "seconds<TAB>step<TAB>result" line).
+rt_step() {
+  local name=$1 start rc=0
+  shift
+  start=$(date +%s.%N)
+  rt_log "== $name"
+  "$@" || rc=$?
+  local took
+  took=$(rt_since "$start")
+  if [ -n "${RT_TIMINGS:-}" ]; then
+    printf '%s\t%s\t%s\n' "$took" "$name" "$([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")" >> "$RT_TIMINGS"
+  fi
+  rt_log "== $name: $([ $rc -eq 0 ] && echo ok || echo "FAILED (rc=$rc)") in ${took}s"
+  return $rc
+}
+
+# Wait until a TCP port accepts connections; $3 = timeout in seconds.
+rt_wait_port() {
+  local host=$1 port=$2 timeout=$3 start
+  start=$(date +%s)
+  until (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; do
+    [ $(($(date +%s) - start)) -ge "$timeout" ] && return 1
+    sleep 0.3
+  done
+}
+
+# Run apt-get inside a chroot, with /proc mounted only for the call and no service started.
+rt_chroot_apt() {
+  local root=$1 rc=0
+  shift
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  printf '#!/bin/sh\nexit 101\n' > "$root/usr/sbin/policy-rc.d"
+  chmod 0755 "$root/usr/sbin/policy-rc.d"
+  mount -t proc proc "$root/proc"
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive LC_ALL=C apt-get -q -y \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@" || rc=$?
+  umount "$root/proc"
+  rm -f "$root/usr/sbin/policy-rc.d" "$root/etc/resolv.conf"
+  return $rc
+}
+
+# Run a command in the harness's network namespace (the docker engine, containers and VMs live there).
+rt_in_netns() {
+  [ -n "${RT_NETNS:-}" ] || rt_die "RT_NETNS is not set: run through scripts/test-roles.sh"
+  nsenter --net="/run/netns/$RT_NETNS" -- "$@"
+}
+
+rt_require_run() {
+  [ -n "${RT_RUN:-}" ] && [ -d "$RT_RUN" ] ||
+    rt_die "RT_RUN is not set: run molecule through scripts/test-roles.sh (or inside scripts/test-roles.sh --shell)"
+}
