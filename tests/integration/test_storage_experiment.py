@@ -1,0 +1,113 @@
+"""The ``storage`` kind end to end on the local inventory: real fio, the fio role's ``run`` entry
+point through ansible-runner, the JSON fetched and parsed into ``storage.csv``.
+
+fio must be installed on this machine (``apt-get install fio``; scripts/test-roles.sh installs
+it). Without it the trials are skipped by design, and the test checks that instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.cli import main
+from runner.experiments import KINDS, storage
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _storage_kind_registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # Until runner/experiments/__init__.py lists the kind; harmless once it does.
+    monkeypatch.setitem(KINDS, "storage", storage.KIND)
+    yield
+
+
+def _campaign(tmp_path: Path, target: Path) -> str:
+    return f"""\
+name: storage-local
+inventory: inventory
+remote_dir: {tmp_path / "remote"}
+experiments:
+  - kind: storage
+    modes:
+      seq_read_direct: {{target: {target}, size: 16M, numjobs: 2, iodepth: 4, runtime_s: 2}}
+      buffered_read: {{target: {target}, size: 16M, numjobs: 1, runtime_s: 2, keep_files: false}}
+    timeout_s: 120
+"""
+
+
+def _read_csv(path: Path) -> dict[str, dict[str, str]]:
+    with path.open() as fh:
+        return {row["mode"]: row for row in csv.DictReader(fh)}
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (apt-get install fio)")
+def test_storage_trials_measure_parse_and_report(write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
+    target = tmp_path / "data" / "fio"
+    results = tmp_path / "results"
+    assert main([str(write_campaign(_campaign(tmp_path, target))), "--quiet", "--results", str(results)]) == 0
+
+    summary = _read_csv(results / "summary.csv")
+    assert {m: r["status"] for m, r in summary.items()} == {"seq_read_direct": "ok", "buffered_read": "ok"}
+    rows = _read_csv(results / "storage.csv")
+    direct, buffered = rows["seq_read_direct"], rows["buffered_read"]
+    assert float(direct["bw_bytes"]) > 0 and float(direct["iops"]) > 0 and float(direct["clat_p99_us"]) > 0
+    assert float(direct["gb_s"]) == pytest.approx(float(direct["bw_bytes"]) / 1e9, abs=1e-3)
+    assert (direct["size"], direct["numjobs"], direct["iodepth"], direct["target"]) == ("16M", "2", "4", str(target))
+    assert buffered["iodepth"] == "1"
+    # The buffered job reads its 16 MiB file exactly once, however fast the disk is.
+    assert int(buffered["io_bytes"]) == 16 * 2**20
+
+    raw = results / "trials" / "storage.seq_read_direct.r1@localhost" / "raw" / "localhost"
+    job = (raw / "seq_read_direct.fio").read_text()
+    assert f"directory={target}" in job and "direct=1" in job and "iodepth=4" in job and "time_based=1" in job
+    fio_json = json.loads((raw / "fio-seq_read_direct.json").read_text())
+    assert fio_json["jobs"][0]["read"]["bw_bytes"] == int(direct["bw_bytes"])
+    # keep_files: the direct job's files stay for the next repeat, the buffered job's are removed.
+    assert sorted(p.name for p in target.iterdir()) == ["seq_read_direct.0.0", "seq_read_direct.1.0"]
+
+    trial = json.loads((results / "trials" / "storage.buffered_read.r1@localhost" / "trial.json").read_text())
+    assert trial["resources"]["exclusive"] is True and trial["metrics"]["fio_version"].startswith("fio-")
+    report = (results / "report.md").read_text()
+    assert "## Storage (fio)" in report and "13.5 GB/s" in report and "| localhost | seq_read_direct |" in report
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (apt-get install fio)")
+def test_a_device_that_holds_data_is_refused(write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
+    # The root filesystem's device carries a filesystem signature: fio must never run on it.
+    source = next((line.split()[0] for line in Path("/proc/self/mounts").read_text().splitlines()
+                   if line.split()[1] == "/" and line.startswith("/dev/")), None)
+    if source is None or not Path(source).is_block_device():
+        pytest.skip("the root filesystem is not on a block device here")
+    path = write_campaign(f"""\
+name: storage-refuse
+inventory: inventory
+remote_dir: {tmp_path / "remote"}
+experiments:
+  - kind: storage
+    modes:
+      seq_read_direct: {{target: {source}, size: 16M, numjobs: 1, runtime_s: 1}}
+""")
+    results = tmp_path / "results"
+    assert main([str(path), "--quiet", "--results", str(results)]) == 1
+    row = _read_csv(results / "summary.csv")["seq_read_direct"]
+    assert row["status"] == "failed"
+    assert f"Refusing to run fio on {source}: it holds data" in row["reason"]
+    assert not (results / "trials" / "storage.seq_read_direct.r1@localhost" / "raw").exists()
+
+
+@pytest.mark.skipif(shutil.which("fio") is not None, reason="fio is installed: the real test above runs")
+def test_without_fio_the_trials_are_skipped_with_the_reason(write_campaign: Callable[[str], Path],
+                                                           tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    assert main([str(write_campaign(_campaign(tmp_path, tmp_path / "data"))), "--quiet",
+                 "--results", str(results)]) == 0
+    summary = _read_csv(results / "summary.csv")
+    assert {r["status"] for r in summary.values()} == {"skipped"}
+    assert all(r["reason"].startswith("fio is not installed on localhost") for r in summary.values())
