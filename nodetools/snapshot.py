@@ -67,9 +67,12 @@ def _driver_major() -> int | None:
     return int(out[0].split(".")[0]) if out and out[0].split(".")[0].isdigit() else None
 
 
+PLUGIN_DIRS = ("/usr/lib/criu", "/usr/local/lib/criu")  # distribution and source builds' PLUGINDIR
+
+
 def _plugin_dirs(libdir: str) -> list[str]:
     """Where CRIU looks for plugins: --libdir, then CRIU_LIBS_DIR, then the usual PLUGINDIRs."""
-    return [d for d in (libdir, os.environ.get("CRIU_LIBS_DIR", ""), "/usr/lib/criu", "/usr/local/lib/criu") if d]
+    return [d for d in (libdir, os.environ.get("CRIU_LIBS_DIR", ""), *PLUGIN_DIRS) if d]
 
 
 def _mem_available_bytes() -> int:

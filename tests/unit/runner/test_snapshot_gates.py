@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nodetools import snapshot
 from nodetools.snapshot import gates
 
 CRIU_OK = 'case "$1" in --version) echo "Version: 4.2.1";; check) echo "Looks good.";; esac'
@@ -44,6 +45,7 @@ def test_gpu_engine_needs_the_cuda_plugin_and_a_gpu(tmp_path: Path, monkeypatch:
     criu = fake_tool(tmp_path, "fake-criu-ok", CRIU_OK)
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi, no cuda-checkpoint
     monkeypatch.delenv("CRIU_LIBS_DIR", raising=False)
+    monkeypatch.setattr(snapshot, "PLUGIN_DIRS", (str(tmp_path / "usr-lib-criu"),))  # this machine may have one
     reasons, _ = gates("criu", criu, str(tmp_path / "plugins"), "cuda-checkpoint", [4], 1, "/m", "", "vllm")
     assert any(r.startswith("CRIU's CUDA plugin (cuda_plugin.so) is in none of ") for r in reasons)
     assert "no GPU: cuda-checkpoint needs an NVIDIA GPU and driver" in reasons
