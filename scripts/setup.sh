@@ -2,7 +2,7 @@
 # Install the runner and its pinned dependencies into .venv (Python >= 3.11).
 #   scripts/setup.sh         what a user needs to run campaigns
 #   scripts/setup.sh --dev   plus test and lint tools, and the system packages the tests start
-#                            (openssh-server for the SSH test hosts; needs root for apt-get)
+#                            (openssh-server for the SSH test hosts, fio for the storage experiment; root for apt-get)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,13 +16,13 @@ fi
 
 if [ "${1:-}" = "--dev" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]'
-  if [ ! -x /usr/sbin/sshd ]; then
+  if [ ! -x /usr/sbin/sshd ] || ! command -v fio >/dev/null; then
     if [ "$(id -u)" -ne 0 ]; then
-      echo "setup.sh: the integration tests need openssh-server: sudo apt-get install openssh-server" >&2
+      echo "setup.sh: the integration tests need openssh-server and fio: sudo apt-get install openssh-server fio" >&2
       exit 2
     fi
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server fio >/dev/null
   fi
 else
   .venv/bin/python -m pip install -q -e .
