@@ -41,7 +41,7 @@ from typing import Any
 
 from nodetools.pagecache import drop, resident_fraction, warm
 
-__all__ = ["cleanup", "main"]
+__all__ = ["cleanup", "main", "write_json_atomic"]
 
 EXIT_OK, EXIT_DIED, EXIT_TIMEOUT, EXIT_BAD_INPUT = 0, 3, 4, 5
 
@@ -350,12 +350,17 @@ def _main_measure(argv: list[str]) -> int:
     finally:
         timer.stop()
         timer.out["rc"] = rc
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(timer.out, indent=2, sort_keys=True) + "\n")
-        tmp.replace(args.out)
+        write_json_atomic(args.out, timer.out)
     if rc != EXIT_OK:
         print(f"coldstart: {_failure_line(timer.out)}", file=sys.stderr)
     return rc
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write then rename: a killed timer never leaves a torn result for the collect phase."""
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
 
 
 def _term_as_interrupt(signum: int, frame: object) -> None:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodetools.coldstart import EXIT_BAD_INPUT, EXIT_DIED, EXIT_OK, EXIT_TIMEOUT, Timer, cleanup
+from nodetools.coldstart import EXIT_BAD_INPUT, EXIT_DIED, EXIT_OK, EXIT_TIMEOUT, Timer, cleanup, write_json_atomic
 from nodetools.loadgen.multiturn import MultiTurnLoad, Workload
 from nodetools.loadgen.quality import QualityCheck, QualitySpec
 from nodetools.preflight import check as node_check
@@ -445,9 +445,7 @@ def _run(args: argparse.Namespace) -> int:
         run.stop()
         run.out["rc"] = rc
         run.out["engine_died"] = run.died
-        tmp = args.dir / "run.json.tmp"
-        tmp.write_text(json.dumps(run.out, indent=2, sort_keys=True) + "\n")
-        tmp.replace(args.dir / "run.json")
+        write_json_atomic(args.dir / "run.json", run.out)
     if rc != EXIT_OK:
         _err(f"offload_run: {run.out.get('error') or 'failed'}")
     return rc

@@ -40,7 +40,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodetools.coldstart import EXIT_BAD_INPUT, EXIT_DIED, EXIT_OK, Timer, _first_token, _gpu_memory_mib, _port_open
+from nodetools.coldstart import (
+    EXIT_BAD_INPUT,
+    EXIT_DIED,
+    EXIT_OK,
+    Timer,
+    _first_token,
+    _gpu_memory_mib,
+    _port_open,
+    write_json_atomic,
+)
 
 __all__ = ["criu_version", "gates", "main"]
 
@@ -410,9 +419,7 @@ def _main_measure(argv: list[str]) -> int:
     finally:
         run.stop()
         run.out["rc"] = rc
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(run.out, indent=2, sort_keys=True) + "\n")
-        tmp.replace(args.out)
+        write_json_atomic(args.out, run.out)
     if rc != EXIT_OK:
         sys.stderr.write(f"snapshot: {run.out.get('error', 'failed')}\n")
     return rc
