@@ -6,16 +6,19 @@
 #   wheels/   Python wheels for the containers' Python (3.11): aiohttp and its dependencies (bench_client)
 #             and the mock-vllm wheel (vllm_images' process runtime)
 #   images/   a docker-archive tarball of a tiny MOCK image (vllm_images' tarball load)
-#   src/      CRIU's upstream 4.1.1 source as Debian's archive carries it (criu_4.1.1.orig.tar.xz)
-# The scenarios' prepare steps build it through tests/roles/build.sh gpustack (cached like the rest).
+#   src/      the source tarball of the criu role's default release, as Debian's archive carries it (the file its
+#             default criu_source_url names, criu_4.2.1.orig.tar.xz), checked against its default checksum
+# tests/roles/build.sh builds it with the other artifacts (cached like the rest).
 # shellcheck shell=bash
 RECIPE_DEPS=(container)
 RT_GPU_PACKAGES="docker.io iptables ca-certificates xz-utils python3-venv build-essential pkg-config
 libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler libcap-dev libnl-3-dev libnet1-dev
 python3-protobuf libbsd-dev libgnutls28-dev libnftables-dev uuid-dev libdrm-dev"
 RT_GPU_WHEELS="aiohttp==3.14.5"
-RT_CRIU_TARBALL=criu_4.1.1.orig.tar.xz
-RT_CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
+# The criu role's defaults name the tarball and its checksum; this recipe follows them.
+RT_CRIU_TARBALL=$(sed -n 's|^criu_source_url: *"\{0,1\}\([^"]*\)"\{0,1\}$|\1|p' "$RT_REPO/roles/criu/defaults/main.yml")
+RT_CRIU_TARBALL=${RT_CRIU_TARBALL##*/}
+RT_CRIU_SHA256=$(sed -n 's|^criu_source_checksum: *"\{0,1\}sha256:\([0-9a-f]\{64\}\)"\{0,1\}$|\1|p' "$RT_REPO/roles/criu/defaults/main.yml")
 
 recipe_inputs() {
   echo "packages=$RT_GPU_PACKAGES wheels=$RT_GPU_WHEELS mirror=$(rt_mirror) criu=$RT_CRIU_TARBALL:$RT_CRIU_SHA256"
@@ -24,6 +27,8 @@ recipe_inputs() {
 
 recipe_build() {  # $1 = output folder
   local out=$1 scratch=$1/scratch mirror
+  [ -n "$RT_CRIU_TARBALL" ] && [ -n "$RT_CRIU_SHA256" ] ||
+    { echo "cannot read criu_source_url / criu_source_checksum (sha256) from roles/criu/defaults/main.yml" >&2; return 1; }
   mirror=$(rt_mirror)
   cp -a "$RT_CACHE/container/root" "$scratch"
   rm -f "$scratch"/etc/apt/sources.list.d/*
