@@ -4,10 +4,13 @@
 #   container  the systemd container image's root                recipes/container.sh
 #   aptrepo    local apt repository of what the roles install    recipes/aptrepo.sh
 #   vm         the QEMU VM's disk (Debian kernel, systemd, mdadm) recipes/vm.sh
+#   gpustack   what the GPU-stack scenarios install offline: apt repository with MOCK NVIDIA packages,
+#              wheels, MOCK image tarballs, CRIU's source tarball     recipes/gpustack.sh
 # Each artifact is rebuilt when its recipe hash changes: the recipe file, its inputs (mirror,
 # package lists, the test SSH key for the VM) and the hashes of what it is built from.
 #
-#   tests/roles/build.sh [ARTIFACT...]     (default: all; needs root, debootstrap, network to the mirror)
+#   tests/roles/build.sh [ARTIFACT...]     (default: every recipe in recipes/; needs root, debootstrap,
+#                                          network to the mirror and to the Python package index)
 set -euo pipefail
 # shellcheck source=tests/roles/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -77,7 +80,11 @@ ensure() {
 mkdir -p "$RT_CACHE"
 ensure_key
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(rootfs container aptrepo vm)
+if [ ${#targets[@]} -eq 0 ]; then
+  for recipe in "$RT_DIR"/recipes/*.sh; do
+    targets+=("$(basename "$recipe" .sh)")
+  done
+fi
 for target in "${targets[@]}"; do
   [ -f "$RT_DIR/recipes/$target.sh" ] || rt_die "unknown artifact $target (known: $(cd "$RT_DIR/recipes" && ls | sed 's/\.sh$//' | xargs))"
   ensure "$target"
