@@ -1,0 +1,105 @@
+"""The vllm_images role's controller-side wheelhouse builder, offline against wheels made here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+BUILDER = Path(__file__).resolve().parents[2] / "roles/vllm_images/files/build_wheelhouse.py"
+PROBE = BUILDER.with_name("installed_distributions.py")
+
+
+def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    mod = name.replace("-", "_")
+    dist = f"{mod}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(folder / f"{mod}-{version}-py3-none-any.whl", "w") as whl:
+        whl.writestr(f"{mod}/__init__.py", f"VERSION = {version!r}\n")
+        whl.writestr(f"{dist}/METADATA", meta)
+        whl.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{dist}/RECORD", "")
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Path:
+    """whtest-app needs lib>=1 (the node has 0.5), mid (which needs leaf; the node has leaf 2.0) and,
+    only on Python 2, old; heavy only for its extra."""
+    folder = tmp_path / "index"
+    folder.mkdir()
+    make_wheel(folder, "whtest-app", "1.0", ("whtest-lib>=1", "whtest-mid", 'whtest-old; python_version < "3"',
+                                             'whtest-heavy; extra == "gpu"'))
+    make_wheel(folder, "whtest-mid", "1.0", ("whtest-leaf",))
+    make_wheel(folder, "whtest-leaf", "2.0")
+    make_wheel(folder, "whtest-lib", "0.5")
+    make_wheel(folder, "whtest-lib", "1.0")
+    make_wheel(folder, "whtest-old", "1.0")
+    make_wheel(folder, "whtest-heavy", "1.0")
+    return folder
+
+
+def node_json(tmp_path: Path, packages: dict[str, str]) -> Path:
+    probe = json.loads(subprocess.run([sys.executable, "-I", str(PROBE)], capture_output=True, text=True,
+                                      check=True).stdout)
+    probe["packages"] = packages
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(probe))
+    return path
+
+
+def build(tmp_path: Path, index: Path, *extra: str, node: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    argv = [sys.executable, str(BUILDER), "--node", str(node_json(tmp_path, node or {})), "--dest",
+            str(tmp_path / "wh"), "--pip-arg=--no-index", f"--pip-arg=--find-links={index}", *extra]
+    env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"}  # no site pip config: offline and exact
+    return subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+
+
+def manifest(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "wh" / "wheelhouse.json").read_text())
+
+
+def test_only_what_the_node_lacks_is_downloaded_and_node_versions_are_kept(tmp_path: Path, index: Path) -> None:
+    done = build(tmp_path, index, "whtest-app==1.0", node={"whtest-lib": "0.5", "whtest-leaf": "2.0"})
+    assert done.returncode == 0, done.stderr
+    assert "wheelhouse: built 2 wheels" in done.stdout
+    assert "whtest-lib 0.5 on the node; whtest-app 1.0 asks whtest-lib>=1" in done.stdout
+    m = manifest(tmp_path)
+    assert {n: w["version"] for n, w in m["wheels"].items()} == {"whtest-app": "1.0", "whtest-mid": "1.0"}
+    assert m["wheels"]["whtest-mid"]["needed_by"] == "whtest-app 1.0"
+    assert m["from_node"] == {"whtest-lib": "0.5", "whtest-leaf": "2.0"}
+    assert sorted(p.name for p in (tmp_path / "wh").glob("*.whl")) == [
+        "whtest_app-1.0-py3-none-any.whl", "whtest_mid-1.0-py3-none-any.whl"]
+
+
+def test_same_inputs_are_unchanged_and_an_exclude_drops_a_subtree_and_its_stale_wheel(tmp_path: Path,
+                                                                                    index: Path) -> None:
+    assert build(tmp_path, index, "whtest-app==1.0").returncode == 0
+    assert set(manifest(tmp_path)["wheels"]) == {"whtest-app", "whtest-lib", "whtest-mid", "whtest-leaf"}
+    again = build(tmp_path, index, "whtest-app==1.0")
+    assert again.stdout.strip() == "wheelhouse: unchanged"
+    dropped = build(tmp_path, index, "whtest-app==1.0", "--exclude", "whtest-mid")
+    assert dropped.returncode == 0, dropped.stderr
+    assert set(manifest(tmp_path)["wheels"]) == {"whtest-app", "whtest-lib"}  # leaf only came through mid
+    assert not list((tmp_path / "wh").glob("whtest_mid*")) and not list((tmp_path / "wh").glob("whtest_leaf*"))
+
+
+def test_override_replaces_the_resolved_version(tmp_path: Path, index: Path) -> None:
+    done = build(tmp_path, index, "whtest-app==1.0", "--override", "whtest-lib==0.5")
+    assert done.returncode == 0, done.stderr
+    assert manifest(tmp_path)["wheels"]["whtest-lib"]["version"] == "0.5"
+
+
+def test_unresolvable_and_malformed_inputs_say_what(tmp_path: Path, index: Path) -> None:
+    missing = build(tmp_path, index, "whtest-nothing==1.0")
+    assert missing.returncode == 2
+    assert "pip could not resolve whtest-nothing==1.0" in missing.stderr
+    bad = build(tmp_path, index, "whtest-app==1.0", "--override", "whtest-lib")
+    assert bad.returncode == 2 and "--override 'whtest-lib': write NAME==VERSION" in bad.stderr
+    (tmp_path / "broken.json").write_text("{}")
+    done = subprocess.run([sys.executable, str(BUILDER), "--node", str(tmp_path / "broken.json"), "--dest",
+                           str(tmp_path / "wh"), "x==1"], capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "missing key 'python'" in done.stderr
