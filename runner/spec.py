@@ -36,6 +36,11 @@ class Engine(_Strict):
     runtime: Literal["docker", "process"] = "process"
     image: str | None = Field(default=None, description="container image (docker runtime)")
     venv: str | None = Field(default=None, description="virtualenv on the node holding vllm (process)")
+    python: str | None = Field(
+        default=None,
+        description="the node's Python that runs vllm (process): one that has torch, with vLLM installed by "
+        "the vllm_images role into a --target folder that env.PYTHONPATH names",
+    )
     version: str | None = Field(default=None, description="engine version, for args that drift")
     model: str = Field(min_length=1, description="model path on the node, or a model id")
     served_model_name: str | None = None
@@ -53,6 +58,8 @@ class Engine(_Strict):
             raise ValueError("runtime docker needs engine.image")
         if self.runtime == "docker" and self.kind == "stand-in":
             raise ValueError("the stand-in runs as a process: use runtime process")
+        if self.venv and self.python:
+            raise ValueError("engine.venv and engine.python both name vLLM's Python: keep one")
         return self
 
     @field_validator("gpus")

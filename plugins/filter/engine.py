@@ -34,6 +34,8 @@ _CACHES = (
     ("triton", "/root/.triton", "TRITON_CACHE_DIR"),
     ("flashinfer", "/root/.cache/flashinfer", "FLASHINFER_WORKSPACE_BASE"),
     ("torchinductor", "/root/.cache/torchinductor", "TORCHINDUCTOR_CACHE_DIR"),
+    # The driver's PTX-to-machine-code cache, for kernels shipped without code for this GPU.
+    ("cuda", "/root/.nv/ComputeCache", "CUDA_CACHE_PATH"),
 )
 _HF_IN_IMAGE = "/root/.cache/huggingface"
 
@@ -88,6 +90,8 @@ def engine_launch(engine: dict[str, Any], name: str, cache_root: str | None = No
             argv = [python, "-m", "nodetools.standin", "serve", model, *flags]
             if "flashinfer" in caches:  # the stand-in's kernel-JIT cache sits beside the compile cache
                 env["STANDIN_JIT_DIR"] = caches["flashinfer"]
+        elif engine.get("python"):  # vLLM installed with --target into a Python that has torch
+            argv = [str(engine["python"]), "-m", "vllm.entrypoints.cli.main", "serve", model, *flags]
         else:
             vllm = f"{engine['venv'].rstrip('/')}/bin/vllm" if engine.get("venv") else "vllm"
             argv = [vllm, "serve", model, *flags]

@@ -45,6 +45,7 @@ def test_docker_persistent_caches_gpus_ipc_and_mode_flags() -> None:
         "-v", "/mnt/data/cache/vllm:/root/.cache/vllm", "-v", "/mnt/data/cache/triton:/root/.triton",
         "-v", "/mnt/data/cache/flashinfer:/root/.cache/flashinfer",
         "-v", "/mnt/data/cache/torchinductor:/root/.cache/torchinductor",
+        "-v", "/mnt/data/cache/cuda:/root/.nv/ComputeCache",
         "-v", "/mnt/data/hf:/root/.cache/huggingface", "-v", "/mnt/data/models/q:/mnt/data/models/q:ro",
         "-e", "VLLM_LOG_STATS_INTERVAL=10", "vllm/vllm-openai:v0.24.0", "/mnt/data/models/q",
         "--host", "127.0.0.1", "--port", "8000", "--max-model-len", "32768", "--enforce-eager"]
@@ -64,8 +65,20 @@ def test_process_runtime_env_carries_gpus_and_caches() -> None:
                               "--port", "8000", "--max-model-len", "32768", "--load-format", "runai_streamer"]
     assert launch["env"] == {"VLLM_LOG_STATS_INTERVAL": "10", "CUDA_VISIBLE_DEVICES": "4", "VLLM_CACHE_ROOT": "/c/vllm",
                              "TRITON_CACHE_DIR": "/c/triton", "FLASHINFER_WORKSPACE_BASE": "/c/flashinfer",
-                             "TORCHINDUCTOR_CACHE_DIR": "/c/torchinductor", "HF_HOME": "/hf"}
+                             "TORCHINDUCTOR_CACHE_DIR": "/c/torchinductor", "CUDA_CACHE_PATH": "/c/cuda",
+                             "HF_HOME": "/hf"}
     assert launch["stop_argv"] == []
+
+
+def test_process_runtime_with_the_nodes_own_python() -> None:
+    """vLLM installed with --target into a Python that has torch (the borrowed H200): python -m, PYTHONPATH."""
+    engine = {"kind": "vllm", "runtime": "process", "model": "/m", "port": 8000,
+              "python": "/opt/torch/.venv/bin/python3", "env": {"PYTHONPATH": "/opt/vllm/site"}}
+    launch = F.engine_launch(engine, "p", "/c", None, {"enforce-eager": True})
+    assert launch["argv"] == ["/opt/torch/.venv/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve", "/m",
+                              "--host", "127.0.0.1", "--port", "8000", "--enforce-eager"]
+    assert launch["env"]["PYTHONPATH"] == "/opt/vllm/site"
+    assert launch["env"]["CUDA_CACHE_PATH"] == "/c/cuda"
 
 
 def test_standin_runs_with_the_node_python_and_its_jit_dir() -> None:
