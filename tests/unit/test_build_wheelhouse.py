@@ -17,7 +17,8 @@ PROBE = BUILDER.with_name("installed_distributions.py")
 def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
     mod = name.replace("-", "_")
     dist = f"{mod}-{version}.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
     with zipfile.ZipFile(folder / f"{mod}-{version}-py3-none-any.whl", "w") as whl:
         whl.writestr(f"{mod}/__init__.py", f"VERSION = {version!r}\n")
         whl.writestr(f"{dist}/METADATA", meta)

@@ -79,7 +79,7 @@ def main() -> None:
                 entry.external_attr = 0o644 << 16
                 whl.writestr(entry, data)
         tmp.replace(wheel)
-    print(json.dumps({"wheel": str(wheel), "version": version, "new": new}))  # noqa: T201 -- the Ansible task reads it
+    print(json.dumps({"wheel": str(wheel), "version": version, "new": new}))
 
 
 if __name__ == "__main__":
