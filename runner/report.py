@@ -157,6 +157,12 @@ def build_report(root: Path) -> tuple[Path, Path]:
     if "stand-in" in engines:
         parts.append("- **engine=stand-in**: this campaign rehearsed the tooling; its timings say nothing "
                      "about vLLM.")
+    plan = store.read_json("plan.json") or {}
+    rehearsal = sorted({str(e["rehearsal_model"]) for t in plan.get("trials", [])
+                        if (e := t.get("engine") or {}).get("rehearsal_model")})
+    if rehearsal:
+        parts.append(f"- **random weights** ({', '.join(rehearsal)}, made by nodetools.model_maker): timings, memory "
+                     "and caches are the real engine's; its answers, and so the quality checks, mean nothing.")
     parts.extend(_kind_sections(store, records))
     parts.append("\n## Hosts\n")
     parts.append(_hosts_section(store))

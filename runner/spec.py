@@ -51,6 +51,11 @@ class Engine(_Strict):
     cache_root: str = Field(default="/mnt/data/cache", description="persistent compile and JIT caches on the node")
     model_cache: str | None = Field(default=None, description="HF cache on the node (HF_HOME)")
     standin_model_mib: int = Field(default=256, gt=0, description="stand-in: size of the model it makes if missing")
+    rehearsal_model: str | None = Field(
+        default=None,
+        description="vllm: a nodetools.model_maker preset (e.g. qwen3-0.8b) made at engine.model if no model is "
+        "there: random weights and a trained tokenizer, for real engines where no weights can be downloaded",
+    )
 
     @model_validator(mode="after")
     def _runtime_needs(self) -> Engine:
@@ -58,6 +63,8 @@ class Engine(_Strict):
             raise ValueError("runtime docker needs engine.image")
         if self.runtime == "docker" and self.kind == "stand-in":
             raise ValueError("the stand-in runs as a process: use runtime process")
+        if self.rehearsal_model and self.kind != "vllm":
+            raise ValueError("engine.rehearsal_model is for kind vllm (the stand-in makes its own model)")
         if self.venv and self.python:
             raise ValueError("engine.venv and engine.python both name vLLM's Python: keep one")
         return self

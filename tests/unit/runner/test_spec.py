@@ -83,6 +83,14 @@ def test_docker_engine_needs_an_image(write_campaign: Callable[[str], Path]) -> 
     assert errors_of(path) == [f"{path}:10: engine: runtime docker needs engine.image"]
 
 
+def test_engine_python_and_rehearsal_model_are_checked(write_campaign: Callable[[str], Path]) -> None:
+    both = write_campaign(GOOD + "engine:\n  kind: vllm\n  model: /m\n  venv: /v\n  python: /p/python3\n")
+    assert errors_of(both) == [f"{both}:10: engine: engine.venv and engine.python both name vLLM's Python: keep one"]
+    standin = write_campaign(GOOD + "engine:\n  kind: stand-in\n  model: /m\n  rehearsal_model: qwen3-0.8b\n")
+    assert errors_of(standin) == [
+        f"{standin}:10: engine: engine.rehearsal_model is for kind vllm (the stand-in makes its own model)"]
+
+
 def test_duplicate_experiment_names(write_campaign: Callable[[str], Path]) -> None:
     path = write_campaign(GOOD + "  - kind: facts\n")
     (line,) = errors_of(path)
