@@ -13,7 +13,12 @@ can act on (nothing runs when there is one). ``measure`` starts the engine (the 
   engine uses a GPU), image size, the port free again, ``criu restore -d``, first token from the
   restored server;
 - ``cuda_checkpoint``: ``cuda-checkpoint --action lock|checkpoint|restore|unlock`` on every process
-  of the engine that holds GPU memory, GPU memory before/while/after, first token after restore;
+  of the engine that holds a CUDA context (nvidia-smi's compute apps of the engine's process group,
+  else, where nvidia-smi lists no PIDs as in some VMs and containers, the group's processes that map
+  ``/dev/nvidia*``), locking all before checkpointing any and restoring all before unlocking any;
+  seconds per action and per process, GPU memory before/while/after, first token after restore.
+  ``--cuda-checkpoint`` may name NVIDIA's binary or ``nodetools/cuda_checkpoint_api.py`` (the same
+  command line over the driver's checkpoint API, for nodes without the binary);
 - ``vllm_snapshot`` (vLLM in a venv): ``vllm snapshot create`` (its own engine start, time, artefact
   size) with ``HF_HUB_OFFLINE=1`` and ``kernel.io_uring_disabled=2`` for the phase (put back after),
   then ``vllm snapshot restore`` and the first token from the restored server.
@@ -51,11 +56,15 @@ from nodetools.coldstart import (
     write_json_atomic,
 )
 
-__all__ = ["criu_version", "gates", "main"]
+__all__ = ["criu_version", "find_cuda_processes", "gates", "main"]
 
 LOCK = Path("/dev/shm/.gpu-campaign-snapshot.lock")
 MIN_CRIU = (4, 1)
 IPC_RESTORE_DRIVER = 610  # cuda-checkpoint restores processes that use CUDA IPC (any TP>1 engine) from 610 on
+LOCK_ACTION_DRIVER = 570  # the separate lock/checkpoint/restore/unlock actions (and the driver API) from 570 on
+# A process that initialised CUDA maps the GPU's device files (/dev/nvidia0, /dev/nvidiactl; with a
+# context also /dev/nvidia-uvm); one that only loaded libcuda maps none and cannot be checkpointed.
+CUDA_MAPS_PATTERN = r"/dev/nvidia"
 
 
 def _run(argv: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -82,6 +91,18 @@ PLUGIN_DIRS = ("/usr/lib/criu", "/usr/local/lib/criu")  # distribution and sourc
 def _plugin_dirs(libdir: str) -> list[str]:
     """Where CRIU looks for plugins: --libdir, then CRIU_LIBS_DIR, then the usual PLUGINDIRs."""
     return [d for d in (libdir, os.environ.get("CRIU_LIBS_DIR", ""), *PLUGIN_DIRS) if d]
+
+
+def cuda_checkpoint_argv(tool: str) -> list[str]:
+    """How to run the cuda-checkpoint tool: itself, or a ``.py`` (cuda_checkpoint_api.py) without its
+    executable bit (a wheel may drop it) with this Python."""
+    if tool.endswith(".py") and Path(tool).is_file() and not os.access(tool, os.X_OK):
+        return [sys.executable, tool]
+    return [tool]
+
+
+def _cuda_checkpoint_found(tool: str) -> bool:
+    return shutil.which(tool) is not None or (tool.endswith(".py") and Path(tool).is_file())
 
 
 def _mem_available_bytes() -> int:
@@ -117,8 +138,12 @@ def gates(mode: str, criu: str, libdir: str, cuda_checkpoint: str, gpus: list[in
     if on_gpu or mode == "cuda_checkpoint":
         if not on_gpu or facts["driver_major"] is None:
             reasons.append("no GPU: cuda-checkpoint needs an NVIDIA GPU and driver")
-        elif shutil.which(cuda_checkpoint) is None:
-            reasons.append(f"cuda-checkpoint not found ({cuda_checkpoint}): the cuda_checkpoint role installs it")
+        elif not _cuda_checkpoint_found(cuda_checkpoint):
+            reasons.append(f"cuda-checkpoint not found ({cuda_checkpoint}): the cuda_checkpoint role installs it; "
+                           "without NVIDIA's binary, give the path of nodetools/cuda_checkpoint_api.py")
+        if mode == "cuda_checkpoint" and on_gpu and (facts["driver_major"] or LOCK_ACTION_DRIVER) < LOCK_ACTION_DRIVER:
+            reasons.append(f"cuda-checkpoint's lock/checkpoint/restore/unlock actions need driver >= "
+                           f"{LOCK_ACTION_DRIVER}; this node has {facts['driver_major']}")
         if on_gpu and tp > 1 and (facts["driver_major"] or 0) < IPC_RESTORE_DRIVER:
             reasons.append(f"TP={tp} uses CUDA IPC, whose checkpoint/restore needs driver >= {IPC_RESTORE_DRIVER}; "
                            f"this node has {facts['driver_major']}")
@@ -194,6 +219,33 @@ def _stop_group(pgid: int, grace_s: float = 60) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _stat_ids(stat: str) -> tuple[int, int]:
+    """(process group, session) from a /proc/PID/stat line (the command may hold spaces and parentheses)."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[2]), int(fields[3])
+
+
+def find_cuda_processes(pgid: int, proc_root: Path = Path("/proc"), pattern: str = CUDA_MAPS_PATTERN) -> list[int]:
+    """The processes of process group or session ``pgid`` whose memory maps name a file matching
+    ``pattern`` (by default the GPU device files a process that initialised CUDA maps): for nodes
+    where nvidia-smi lists no PIDs (VMs, containers with their own PID namespace)."""
+    found = []
+    regex = re.compile(pattern)
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if pgid not in _stat_ids((entry / "stat").read_text()):
+                continue
+            maps = (entry / "maps").read_text()
+        except (OSError, IndexError, ValueError):
+            continue  # gone, a kernel thread, or not ours to read
+        paths = (fields[5] for fields in (line.split(maxsplit=5) for line in maps.splitlines()) if len(fields) == 6)
+        if any(regex.search(path) for path in paths):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -263,30 +315,87 @@ class SnapshotRun:
             return EXIT_DIED
         return EXIT_OK
 
-    def _gpu_pids(self) -> list[int]:
+    def _gpu_pids(self) -> tuple[list[int], str]:
+        """The engine's processes that hold a CUDA context, and where they were found."""
         pgid = self.timer.proc.pid if self.timer.proc else 0
-        out = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], 60).stdout
         pids = []
-        for line in out.split():
-            with contextlib.suppress(ValueError, ProcessLookupError):
-                if os.getpgid(int(line)) == pgid:
-                    pids.append(int(line))
-        return pids
+        if shutil.which("nvidia-smi") is not None:
+            out = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], 60).stdout
+            for line in out.split():
+                with contextlib.suppress(ValueError, OSError):  # gone, or not a number
+                    if pgid in (os.getpgid(int(line)), os.getsid(int(line))):
+                        pids.append(int(line))
+        if pids:
+            return sorted(set(pids)), "nvidia-smi"
+        return find_cuda_processes(pgid), "proc-maps"
+
+    def _tool(self, pid: int, *op: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        started = time.time()
+        done = _run([*cuda_checkpoint_argv(self.args.cuda_checkpoint), *op, "--pid", str(pid)], self.args.timeout_s)
+        took = round(time.time() - started, 4)
+        self.out.setdefault("cuda_checkpoint_calls", []).append(
+            {"pid": pid, "op": " ".join(op), "s": took, "rc": done.returncode,
+             "output": (done.stdout + done.stderr).strip()[-300:]})
+        return done, took
+
+    def _bring_back(self, pids: list[int]) -> None:
+        """After a failed action: restore and unlock whatever is checkpointed or locked, so the engine can
+        stop cleanly, and record the states it was left in."""
+        states = {}
+        for pid in pids:
+            state = self._tool(pid, "--get-state")[0].stdout.strip()
+            if state == "checkpointed":
+                self._tool(pid, "--action", "restore")
+                state = self._tool(pid, "--get-state")[0].stdout.strip()
+            if state == "locked":
+                self._tool(pid, "--action", "unlock")
+                state = self._tool(pid, "--get-state")[0].stdout.strip()
+            states[str(pid)] = state or "unknown"
+        self.out["after_failed_cuda_checkpoint"] = states
 
     def cuda_checkpoint(self) -> int:
-        pids = self._gpu_pids()
+        pids, source = self._gpu_pids()
+        self.out["gpu_pids_source"] = source
+        self.out["cuda_checkpoint_tool"] = self.args.cuda_checkpoint
+        # Each process's state first: it checks the tool can reach the process, and times the tool's own
+        # start (process start, driver init), which every action's seconds below include.
+        per: dict[str, dict[str, float]] = {}
+        kept, skipped = [], {}
+        for pid in pids:
+            done, took = self._tool(pid, "--get-state")
+            state = done.stdout.strip() if done.returncode == 0 else (done.stderr or done.stdout).strip()[-200:]
+            if source == "proc-maps" and state != "running":
+                skipped[str(pid)] = state  # maps the driver but holds no CUDA state the driver can checkpoint
+                continue
+            if done.returncode != 0:
+                self.out["gpu_pids"] = pids
+                self.out["error"] = f"cuda-checkpoint --get-state --pid {pid} failed: {state}"
+                return EXIT_DIED
+            per[str(pid)] = {"get_state": took}
+            kept.append(pid)
+        pids = kept
         self.out["gpu_pids"] = pids
+        if skipped:
+            self.out["gpu_pids_skipped"] = skipped
         if not pids:
-            self.out["error"] = "no process of the engine holds GPU memory (nvidia-smi --query-compute-apps)"
+            self.out["error"] = "no process of the engine holds a CUDA context (nvidia-smi --query-compute-apps, " \
+                                "then /proc/PID/maps of the engine's process group)"
             return EXIT_DIED
+        self.out["tool_start_s"] = sorted(p["get_state"] for p in per.values())[len(per) // 2]
+        self.out["per_process_s"] = per
         self.out["gpu_mem_mib_before"] = _gpu_memory_mib(self.timer.gpus)
+        restored_at = 0.0
+        # NVIDIA's order for a process tree: every process locked before any is checkpointed, every
+        # one restored before any is unlocked.
         for action in ("lock", "checkpoint", "restore", "unlock"):
             started = time.time()
             for pid in pids:
-                done = _run([self.args.cuda_checkpoint, "--action", action, "--pid", str(pid)], self.args.timeout_s)
+                done, took = self._tool(pid, "--action", action)
+                per[str(pid)][action] = took
                 if done.returncode != 0:
                     self.out["error"] = f"cuda-checkpoint --action {action} --pid {pid} failed: " \
                                         f"{(done.stderr or done.stdout).strip()[-300:]}"
+                    self._bring_back(pids)
                     return EXIT_DIED
             self.out[f"{action}_s"] = round(time.time() - started, 4)
             if action == "checkpoint":

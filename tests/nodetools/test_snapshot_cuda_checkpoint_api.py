@@ -14,65 +14,17 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from nodetools import cuda_checkpoint_api as api
-
-REPO = Path(__file__).resolve().parents[2]
-TOOL = REPO / "nodetools" / "cuda_checkpoint_api.py"
-FAKE_SOURCE = Path(__file__).with_name("fake_libcuda.c")
-STATE = {"running": 0, "locked": 1, "checkpointed": 2, "failed": 3}
-
-Tool = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def run_tool(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(TOOL), *args], capture_output=True, text=True, check=False, timeout=60,
-                          env={**os.environ, **(env or {})})
-
-
-def compile_fake(tmp: Path, name: str, *defines: str) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler (cc or gcc) to build the fake libcuda")
-    out = tmp / name
-    subprocess.run([cc, "-shared", "-fPIC", "-Wall", "-Werror", *defines, "-o", str(out), str(FAKE_SOURCE)],
-                   check=True, capture_output=True, text=True)
-    return out
+from tests.nodetools.fake_cuda import TOOL, Fake, compile_fake, run_tool
 
 
 @pytest.fixture(scope="module")
 def fake_libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compile_fake(tmp_path_factory.mktemp("fakecuda"), "fake_libcuda.so")
-
-
-class Fake:
-    """One test's fake driver: the tool's environment, the pids' states and the call log."""
-
-    def __init__(self, lib: Path, tmp: Path) -> None:
-        self.states = tmp / "states"
-        self.states.mkdir()
-        self.log = tmp / "calls.log"
-        self.env = {api.LIBCUDA_ENV: str(lib), "FAKE_LIBCUDA_STATE": str(self.states),
-                    "FAKE_LIBCUDA_LOG": str(self.log)}
-
-    def process(self, pid: int, state: str = "running") -> int:
-        (self.states / str(pid)).write_text(f"{STATE[state]}\n")
-        return pid
-
-    def state(self, pid: int) -> str:
-        return {v: k for k, v in STATE.items()}[int((self.states / str(pid)).read_text())]
-
-    def calls(self) -> list[str]:
-        lines = self.log.read_text().splitlines() if self.log.exists() else []
-        self.log.unlink(missing_ok=True)
-        return lines
-
-    def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return run_tool(*args, env={**self.env, **env})
 
 
 @pytest.fixture
