@@ -150,30 +150,42 @@ mkdir -p "$RT_RUN/logs"
 
 # `molecule test` in the namespace, in a session of its own (so that cleanup can stop it and its
 # ansible-playbook children), waited for with `wait` (which a signal interrupts, unlike a
-# foreground command).
+# foreground command). Its output goes to a log per attempt ($RT_RUN/logs/ROLE.SCENARIO.attemptN.log),
+# shown as it comes.
 # Molecule names its working folder after the role's folder name only, so two checkouts testing
 # the same role on one machine would share it: each run gets its own.
-molecule_test() {
+# The ssh control sockets' folder is short (unix socket paths are limited to 108 bytes).
+molecule_test() {  # ROLE SCENARIO ATTEMPT
+  local pid tail_pid rc=0 log=$RT_RUN/logs/$1.$2.attempt$3.log
+  : > "$log"
   # shellcheck disable=SC2016  # expanded by the inner shell
-  setsid env ANSIBLE_SSH_CONTROL_PATH_DIR="$RT_RUN/ssh/$1.$2" MOLECULE_EPHEMERAL_DIRECTORY="$RT_RUN/molecule/$1.$2" \
+  setsid env ANSIBLE_SSH_CONTROL_PATH_DIR="$RT_RUN/ssh/$1.$2.$3" \
+    MOLECULE_EPHEMERAL_DIRECTORY="$RT_RUN/molecule/$1.$2" RT_INFRA_LOG="${log%.log}.infra" \
     nsenter --net="/run/netns/$RT_NETNS" -- bash -c 'cd "roles/$1" && exec timeout --kill-after=60 "$3" molecule test -s "$2"' \
-    _ "$1" "$2" "${RT_SCENARIO_TIMEOUT:-1800}" &
-  echo $! >> "$RT_RUN/scenario.pids"
-  wait $!
+    _ "$1" "$2" "${RT_SCENARIO_TIMEOUT:-1800}" > "$log" 2>&1 < /dev/null &
+  pid=$!
+  echo "$pid" >> "$RT_RUN/scenario.pids"
+  tail -n +1 -f --pid="$pid" "$log" &
+  tail_pid=$!
+  wait "$pid" || rc=$?
+  wait "$tail_pid" 2>/dev/null || true
+  return $rc
 }
 
-# A scenario whose VM's emulated NVMe controller hung (tests/roles/vm.sh stops such a VM and
-# notes it in $RT_RUN/nvme-hangs) failed because of QEMU, not of the role: it runs once more.
+# A scenario whose attempt failed because of the infrastructure runs once more (saying why); a
+# role failure is never retried.
 run_scenario() {  # ROLE:SCENARIO; records failures in $RT_RUN/failed
-  local attempt again=""
+  local attempt again="" log why
   for attempt in 1 2; do
     [ "$attempt" = 2 ] && again=", second attempt"
-    if rt_step "molecule test ${1%%:*} (${1#*:}$again)" molecule_test "${1%%:*}" "${1#*:}"; then
+    log=$RT_RUN/logs/${1%%:*}.${1#*:}.attempt$attempt.log
+    if rt_step "molecule test ${1%%:*} (${1#*:}$again)" molecule_test "${1%%:*}" "${1#*:}" "$attempt"; then
       return 0
     fi
-    if [ "$attempt" = 1 ] && grep -q . "$RT_RUN/nvme-hangs" 2>/dev/null; then
-      rt_log "${1}: the emulated NVMe controller hung (QEMU, see the VM log above); running the scenario once more"
-      : > "$RT_RUN/nvme-hangs"
+    why=$(rt_infra_failure "$log")
+    if [ "$attempt" = 1 ] && [ -n "$why" ]; then
+      rt_log "${1}: failed because of the test infrastructure, not the role ($why); running the scenario once more"
+      echo "$1: $why" >> "$RT_RUN/infra-retries"
       continue
     fi
     break
@@ -211,6 +223,9 @@ if [ -n "$bg_pid" ]; then
   cat "$RT_RUN/logs/vm-scenarios.log"
 fi
 
+if [ -s "$RT_RUN/infra-retries" ]; then
+  rt_log "scenarios run twice because of the test infrastructure: $(cat "$RT_RUN/infra-retries")"
+fi
 if [ -s "$RT_RUN/failed" ]; then
   rt_log "FAILED: $(xargs < "$RT_RUN/failed")"
   exit 1

@@ -41,13 +41,19 @@ create() {
       [ "$state" = running ] || [ "$state" = degraded ]; do
     if [ $(($(date +%s) - start)) -ge 90 ]; then
       $DOCKER logs "rt-$name" 2>&1 | tail -n 20 >&2
+      rt_infra_error "container $name: systemd did not finish booting in 90 s (state: ${state:-none})"
       rt_die "container $name: systemd did not finish booting in 90 s (state: ${state:-none})"
     fi
     sleep 0.5
   done
   [ "$state" = running ] || $DOCKER exec "rt-$name" systemctl --failed --no-legend >&2 || true
   ip=$($DOCKER inspect -f '{{.NetworkSettings.IPAddress}}' "rt-$name")
-  rt_wait_port "$ip" 22 30 || rt_die "container $name: sshd does not answer on $ip:22"
+  # A real login from this namespace, as molecule will make one: the converge must not be the
+  # first to find a container that does not answer yet (seen as "No route to host" under load).
+  if ! rt_wait_ssh "$ip" 22 60; then
+    rt_infra_error "container $name: no ssh login on $ip:22 within 60 s"
+    rt_die "container $name: no ssh login on $ip:22 within 60 s"
+  fi
   printf '{"instance": "%s", "address": "%s", "port": 22, "user": "root", "identity_file": "%s"}\n' \
     "$name" "$ip" "$RT_KEY"
 }

@@ -52,14 +52,44 @@ rt_step() {
   return $rc
 }
 
-# Wait until a TCP port accepts connections; $3 = timeout in seconds.
-rt_wait_port() {
+# Wait until sshd at $1:$2 lets the test key log in and run a command; $3 = timeout in seconds.
+# (An open port is not enough: under load sshd accepts before it can answer a login.)
+rt_wait_ssh() {
   local host=$1 port=$2 timeout=$3 start
   start=$(date +%s)
-  until (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; do
+  until ssh -q -i "$RT_KEY" -p "$port" -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=no \
+      -o UserKnownHostsFile=/dev/null "root@$host" true < /dev/null 2>/dev/null; do
     [ $(($(date +%s) - start)) -ge "$timeout" ] && return 1
-    sleep 0.3
+    sleep 1
   done
+}
+
+# Note a failure of the test infrastructure (not of a role under test): the harness runs the
+# scenario once more when its attempt ended with such a note. RT_INFRA_LOG is set per scenario
+# attempt by scripts/test-roles.sh; molecule's create step and the VM supervisor inherit it.
+rt_infra_error() {
+  rt_log "infrastructure: $*"
+  [ -n "${RT_INFRA_LOG:-}" ] && printf '%(%H:%M:%S)T %s\n' -1 "$*" >> "$RT_INFRA_LOG"
+  return 0
+}
+
+# Why an attempt failed, when the test infrastructure and not the role failed; empty otherwise.
+#   - the harness noted it (RT_INFRA_LOG: a container or VM that did not boot or answer ssh, the
+#     emulated NVMe controller hanging): tests/roles/container.sh, vm.sh;
+#   - or Ansible lost a host (a PLAY RECAP with unreachable > 0) while no task failed (every recap
+#     failed=0): a connection that dropped, "No route to host" under load.
+# A failed task or assertion, a changed idempotence run or a timeout is never an infrastructure error.
+rt_infra_failure() {  # LOG of one `molecule test` attempt
+  local infra=${1%.log}.infra
+  if [ -s "$infra" ]; then
+    tr '\n' ' ' < "$infra"
+    return 0
+  fi
+  if grep -Eq '^[^ ]+ +: ok=[0-9]+ +changed=[0-9]+ +unreachable=[1-9]' "$1" &&
+      ! grep -Eq '^[^ ]+ +: ok=.* failed=[1-9]' "$1"; then
+    grep -E 'UNREACHABLE!|Failed to connect|No route to host|Connection (refused|reset|timed out)|unreachable=[1-9]' "$1" |
+      head -n 4 | tr -s ' \n' ' '
+  fi
 }
 
 # Run apt-get inside a chroot, with /proc mounted only for the call and no service started.

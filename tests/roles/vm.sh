@@ -32,20 +32,13 @@ create() {
   printf 'count=%s\nmemory=%s\nport=%s\nkver=%s\n' "$count" "$memory" "$port" "$(cat "$image/kver")" > "$dir/vm.conf"
   setsid "$0" supervise "$name" > "$dir/supervisor.log" 2>&1 < /dev/null &
   echo $! > "$dir/supervisor.pid"
-  wait_ssh "$port" 240 || { tail -n 30 "$dir"/console-*.log >&2 || true; rt_die "VM $name: no ssh on port $port after 240 s"; }
+  if ! rt_wait_ssh 127.0.0.1 "$port" 240; then
+    tail -n 30 "$dir"/console-*.log >&2 || true
+    rt_infra_error "VM $name: no ssh on port $port after 240 s"
+    rt_die "VM $name: no ssh on port $port after 240 s"
+  fi
   printf '{"instance": "%s", "address": "127.0.0.1", "port": %s, "user": "root", "identity_file": "%s"}\n' \
     "$name" "$port" "$RT_KEY"
-}
-
-# sshd answers once systemd has brought the network and ssh.service up.
-wait_ssh() {
-  local port=$1 timeout=$2 start
-  start=$(date +%s)
-  until ssh -q -i "$RT_KEY" -p "$port" -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=no \
-      -o UserKnownHostsFile=/dev/null root@127.0.0.1 true 2>/dev/null; do
-    [ $(($(date +%s) - start)) -ge "$timeout" ] && return 1
-    sleep 1
-  done
 }
 
 # Runs (detached) for the VM's whole life: boot, wait for QEMU to exit, boot again unless stopped.
@@ -81,7 +74,7 @@ supervise() {
     while kill -0 "$qemu" 2>/dev/null; do
       if grep -qE 'nvme nvme[0-9]+: I/O [0-9]+ .*timeout' "$dir/console-$boot.log" 2>/dev/null; then
         echo "boot $boot: the emulated NVMe controller stopped completing I/O (QEMU); stopping the VM"
-        echo "$name" >> "$RT_RUN/nvme-hangs"
+        rt_infra_error "VM $name, boot $boot: the emulated NVMe controller stopped completing I/O (QEMU)"
         touch "$dir/stop"
         kill "$qemu" 2>/dev/null || true
         break
