@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
-# The test suite, as CI runs it: install, lint (ruff, yamllint, ansible-lint at the production
-# profile), CRIU for the snapshot tests (built by the criu role), then pytest (unit, plugin,
-# stand-in, node tools, role specs and real-host integration tests). Needs root.
-# Arguments go to pytest, e.g. scripts/test.sh -k spec
-# The molecule scenarios of the roles are scripts/test-roles.sh (systemd containers and a QEMU VM
-# it starts itself; 11-15 min for all of them here): not yet part of this run, see docs/roles.md.
+# The whole test suite, as CI runs it (.ci/run): install, lint (ruff, yamllint, ansible-lint at the
+# production profile), CRIU for the snapshot tests (built by the criu role), pytest (unit, plugin,
+# stand-in, node tools, role specs and real-host integration tests), then every role scenario under
+# molecule (scripts/test-roles.sh: systemd containers and a QEMU VM it starts and stops itself,
+# images built from Debian packages and cached in .cache/role-test). Needs root.
+# Lint stops the run; pytest and the role scenarios both run, and the exit status is non-zero when
+# either failed. Arguments go to pytest and skip the role scenarios, e.g. scripts/test.sh -k spec
+# (RT_SKIP=1 skips them too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$(date +%s)
+stamp() { echo "== $1 (at $(($(date +%s) - start)) s)"; }
 scripts/setup.sh --dev
 export PATH="$PWD/.venv/bin:$PATH"
 
-echo "== lint"
+stamp lint
 ruff check .
 yamllint -s .
 ansible-lint -q
 
-echo "== CRIU for the snapshot tests"
+stamp "CRIU for the snapshot tests"
 tests/support/install_criu.sh
 
-echo "== tests"
-pytest "$@"
+stamp tests
+pytest_rc=0
+pytest "$@" || pytest_rc=$?
+
+roles_rc=0
+if [ $# -eq 0 ] && [ "${RT_SKIP:-0}" != 1 ]; then
+  stamp "role scenarios"
+  scripts/test-roles.sh || roles_rc=$?
+fi
+
+stamp "done: pytest rc=$pytest_rc, role scenarios rc=$roles_rc"
+[ "$pytest_rc" -eq 0 ] && [ "$roles_rc" -eq 0 ]
