@@ -135,7 +135,15 @@ def _numa_available(facts: dict[str, Any]) -> dict[str, tuple[int, str]]:
     Free memory plus the page cache that can be dropped (file pages minus shared memory, which is
     counted as a file page but cannot be dropped: stale offload files live there)."""
     out: dict[str, tuple[int, str]] = {}
-    for node in facts.get("numa") or []:
+    nodes = facts.get("numa") or []
+    numa_total = sum(int(node.get("mem_total_bytes") or 0) for node in nodes)
+    host_total = int((facts.get("memory") or {}).get("total_bytes") or 0)
+    if nodes and host_total and numa_total < 0.9 * host_total:
+        # Seen on the borrowed H200 (a Firecracker VM that grows its memory as it is used): node0's
+        # meminfo said 12.3 GiB while MemTotal said 126 GiB. Per-node figures would refuse any
+        # offload size that the host can hold, so the whole host's MemAvailable counts instead.
+        return {}
+    for node in nodes:
         free = int(node.get("mem_free_bytes") or 0)
         reclaimable = max(0, int(node.get("file_pages_bytes") or 0) - int(node.get("shmem_bytes") or 0))
         out[str(node["node"])] = (free + reclaimable, f"free {_gib(free)} + reclaimable page cache {_gib(reclaimable)}")
@@ -165,6 +173,8 @@ def _ram_checks(facts: dict[str, Any], need: Need) -> tuple[list[str], list[dict
             else:
                 avail = int((facts.get("memory") or {}).get("available_bytes") or 0)
                 how = "MemAvailable"
+                if facts.get("numa"):
+                    how += " (the NUMA nodes' meminfo covers less than 90% of MemTotal: a VM growing its memory)"
             where = "this host"
         else:
             avail, how = numa[node]
@@ -451,8 +461,34 @@ def _run(args: argparse.Namespace) -> int:
     return rc
 
 
+def kv_bytes_per_token(model_dir: Path, engine_argv: list[str]) -> int | None:
+    """KV-cache bytes per token from the model's config.json (K and V of every layer's KV heads),
+    or None for a model this formula does not describe (no local config, MLA, missing fields).
+
+    vLLM's log gives GPU bytes per token only as 'Available KV cache memory' over 'GPU KV cache
+    size', which --num-gpu-blocks-override breaks: the first H200 offload run priced a token at
+    1.2 MB instead of 64 KiB that way."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    config = config.get("text_config") or config
+    layers, heads = config.get("num_hidden_layers"), config.get("num_attention_heads")
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or (config.get("hidden_size") // heads if heads and config.get("hidden_size")
+                                          else None)
+    if not (layers and kv_heads and head_dim) or config.get("kv_lora_rank"):
+        return None
+    dtype = str(config.get("dtype") or config.get("torch_dtype") or "bfloat16")
+    size = 4 if "32" in dtype else 2
+    if "--kv-cache-dtype" in engine_argv and "fp8" in engine_argv[engine_argv.index("--kv-cache-dtype") + 1]:
+        size = 1
+    return 2 * int(layers) * int(kv_heads) * int(head_dim) * size
+
+
 def _measure(run: _Run, args: argparse.Namespace, workload: Workload, quality: QualitySpec | None) -> int:
     model = str(run.launch["copies"][0]["model"])
+    run.out["kv_bytes_per_token"] = kv_bytes_per_token(Path(model), list(run.launch["copies"][0].get("argv") or []))
     run.snapshot("before")
     # Where the load starts and ends in each server log: the report reads the log's last stats
     # line *of the load*, not one that also counts the quality check's requests.

@@ -4,12 +4,15 @@
     python -m nodetools.pagecache warm PATH...       # reads every file once (weights into the page cache)
     python -m nodetools.pagecache drop               # sync; echo 3 > /proc/sys/vm/drop_caches (root)
 
-The resident fraction comes from util-linux ``fincore``; a cold-start trial records it right
-before the start, so "page cache dropped" is a measured state, not an assumption. Stdlib only.
+The resident fraction comes from util-linux ``fincore`` (or mincore(2) where fincore is missing);
+a cold-start trial records it right before the start, so "page cache dropped" is a measured
+state, not an assumption. Stdlib only.
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import shutil
 import subprocess
@@ -32,8 +35,10 @@ def files_under(paths: list[str]) -> list[Path]:
 def resident_fraction(paths: list[str]) -> float | None:
     """Share of the files' bytes in the page cache, or None when unknown (no files, no fincore)."""
     files = files_under(paths)
-    if not files or shutil.which("fincore") is None:
+    if not files:
         return None
+    if shutil.which("fincore") is None:  # util-linux without fincore (the borrowed H200's image)
+        return _resident_fraction_mincore(files)
     done = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES,SIZE",
                            *map(str, files)], capture_output=True, text=True, check=False)
     resident = size = 0
@@ -42,6 +47,34 @@ def resident_fraction(paths: list[str]) -> float | None:
         if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
             resident += int(parts[0])
             size += int(parts[1])
+    return round(resident / size, 4) if size else None
+
+
+def _resident_fraction_mincore(files: list[Path]) -> float | None:
+    """fincore's answer from mincore(2) itself: map each file, ask which of its pages are resident."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    page = mmap.PAGESIZE
+    resident = size = 0
+    for path in files:
+        length = path.stat().st_size
+        if length == 0:
+            continue
+        with path.open("rb") as fh:
+            addr = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fh.fileno(), 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                return None
+            try:
+                vec = (ctypes.c_ubyte * ((length + page - 1) // page))()
+                if libc.mincore(addr, length, vec) != 0:
+                    return None
+            finally:
+                libc.munmap(addr, length)
+        resident += min(length, sum(b & 1 for b in vec) * page)
+        size += length
     return round(resident / size, 4) if size else None
 
 

@@ -113,7 +113,7 @@ def _mem_available_bytes() -> int:
 
 
 def gates(mode: str, criu: str, libdir: str, cuda_checkpoint: str, gpus: list[int], tp: int, model: str,
-          revision: str, vllm: str) -> tuple[list[str], dict[str, Any]]:
+          revision: str, vllm: str, gpu_memory_fraction: float = 1.0) -> tuple[list[str], dict[str, Any]]:
     reasons: list[str] = []
     facts: dict[str, Any] = {"kernel": os.uname().release, "driver_major": _driver_major()}
     on_gpu = bool(gpus)
@@ -153,11 +153,15 @@ def gates(mode: str, criu: str, libdir: str, cuda_checkpoint: str, gpus: list[in
             if off:
                 reasons.append(f"persistence mode is off on GPU(s) {', '.join(off)}: cuda-checkpoint restore needs it")
             total = _run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]).stdout
-            need = sum(int(m) for i, _, m in (line.partition(",") for line in total.splitlines())
-                       if i.strip().isdigit() and int(i) in gpus and m.strip().isdigit()) * 2**20
+            # vLLM takes gpu-memory-utilization of each GPU (the first H200 run refused a 0.5 engine
+            # because this counted the whole 140 GiB card against 125 GiB of RAM).
+            need = int(sum(int(m) for i, _, m in (line.partition(",") for line in total.splitlines())
+                           if i.strip().isdigit() and int(i) in gpus and m.strip().isdigit()) * 2**20
+                       * gpu_memory_fraction)
             facts["host_ram_needed_bytes"] = need
             if need > _mem_available_bytes():
-                reasons.append(f"checkpointing moves up to {need / 2**30:.1f} GiB of GPU memory to host RAM, but only "
+                reasons.append(f"checkpointing moves up to {need / 2**30:.1f} GiB of GPU memory "
+                               f"({gpu_memory_fraction:g} of GPU(s) {','.join(map(str, gpus))}) to host RAM, but only "
                                f"{_mem_available_bytes() / 2**30:.1f} GiB is available")
     if mode == "vllm_snapshot":
         if model.startswith("/") or not model:
@@ -482,9 +486,12 @@ def _main_gates(argv: list[str]) -> int:
     p.add_argument("--model", default="")
     p.add_argument("--revision", default="")
     p.add_argument("--vllm", default="vllm")
+    p.add_argument("--gpu-memory-fraction", type=float, default=1.0,
+                   help="share of each GPU's memory the engine takes (vLLM's --gpu-memory-utilization)")
     a = p.parse_args(argv)
     gpus = [int(g) for g in a.gpus.split(",") if g.strip()]
-    reasons, facts = gates(a.mode, a.criu, a.libdir, a.cuda_checkpoint, gpus, a.tp, a.model, a.revision, a.vllm)
+    reasons, facts = gates(a.mode, a.criu, a.libdir, a.cuda_checkpoint, gpus, a.tp, a.model, a.revision, a.vllm,
+                           a.gpu_memory_fraction)
     sys.stdout.write(json.dumps({"reasons": reasons, "facts": facts}) + "\n")
     return 0
 

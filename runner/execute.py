@@ -95,10 +95,14 @@ def _scrub_command_artifact(artifact_dir: Path) -> None:
         path.write_text(json.dumps(data))
 
 
-def _envvars() -> dict[str, str]:
+def _envvars(project_dir: Path) -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
-    return {"PATH": path if path.split(os.pathsep)[:1] == [bindir] else f"{bindir}{os.pathsep}{path}"}
+    # Node-side programs (python -m nodetools.*) on a local connection import this checkout even
+    # where it is not pip-installed (the borrowed H200 runs the runner from a copied tree).
+    pythonpath = [str(project_dir), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {"PATH": path if path.split(os.pathsep)[:1] == [bindir] else f"{bindir}{os.pathsep}{path}",
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(pythonpath))}
 
 
 def run_phase(
@@ -142,7 +146,7 @@ def run_phase(
             limit=limit,
             extravars=extravars,
             ident=phase,
-            envvars=_envvars(),
+            envvars=_envvars(project_dir),
             quiet=True,
             timeout=max(1, round(timeout_s)),
             event_handler=on_event,

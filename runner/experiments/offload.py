@@ -283,18 +283,21 @@ def _metric_rates(raw: Path) -> dict[str, float]:
 _STANDIN_HOST_TIER = re.compile(r"\[stand-in\] host-RAM KV tier: [\d.]+ GiB = ([\d,]+) tokens")
 
 
-def _host_tier_tokens(logs: list[Path], host_gib: float, kv_tokens: int | None, kv_gib: float | None
-                      ) -> tuple[int, str]:
+def _host_tier_tokens(logs: list[Path], host_gib: float, kv_tokens: int | None, kv_gib: float | None,
+                      config_bytes: int | None = None, blocks_overridden: bool = False) -> tuple[int, str]:
     """The host tier's capacity in tokens, and where the figure comes from.
 
-    The stand-in states it in its log; for vLLM it is estimated from the tier's GiB and the GPU's
-    bytes per token (the log's ``Available KV cache memory`` over ``GPU KV cache size``): the same
-    KV layout in RAM."""
+    The stand-in states it in its log. For vLLM it is the tier's GiB over the KV bytes of a token:
+    from the model's config where the node could read it (the same KV layout in RAM), else from the
+    log's ``Available KV cache memory`` over ``GPU KV cache size`` -- which means nothing once
+    ``--num-gpu-blocks-override`` sizes the pool, so then there is no estimate."""
     stated = [int(m.group(1).replace(",", "")) for p in logs if p.is_file()
               for m in _STANDIN_HOST_TIER.finditer(p.read_text(errors="replace"))]
     if stated:
         return sum(stated), "log"
-    if host_gib and kv_tokens and kv_gib:
+    if host_gib and config_bytes:
+        return int(host_gib * 2**30 / config_bytes), "estimate from the model's KV bytes per token"
+    if host_gib and kv_tokens and kv_gib and not blocks_overridden:
         return int(host_gib * kv_tokens / kv_gib), "estimate from GPU bytes per token"
     return 0, ""
 
@@ -395,7 +398,9 @@ def _collect(ctx: TrialContext) -> dict[str, Any]:
     live = metrics.pop("live_context_tokens")
     planned = WorkloadParams(**(params.get("workload") or {})).context_tokens() * sessions
     metrics["working_set_planned_tokens"] = planned
-    host_tokens, source = _host_tier_tokens(_copy_logs(raw), host_gib, kv_tokens, kv_gib)
+    overridden = "num-gpu-blocks-override" in (ctx.engine.get("args") or {})
+    host_tokens, source = _host_tier_tokens(_copy_logs(raw), host_gib, kv_tokens, kv_gib,
+                                            run.get("kv_bytes_per_token"), overridden)
     if source:
         metrics["host_tier_source"] = source
     metrics.update(working_set(live or planned, sessions, kv_tokens, host_tokens))

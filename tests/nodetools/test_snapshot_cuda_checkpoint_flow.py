@@ -223,3 +223,19 @@ def test_the_lock_action_needs_driver_570(tmp_path: Path, monkeypatch: pytest.Mo
     fake_nvidia_smi(tmp_path, "550.144.03", monkeypatch)
     reasons, _ = gates("cuda_checkpoint", "criu", "", str(TOOL), [0], 1, "/m", "", "vllm")
     assert reasons == ["cuda-checkpoint's lock/checkpoint/restore/unlock actions need driver >= 570; this node has 550"]
+
+
+def test_host_ram_gate_counts_the_engines_share_of_the_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first H200 run refused an engine at gpu-memory-utilization 0.5: the gate counted the whole
+    140.4 GiB card against 125 GiB of RAM. The engine's share is what a checkpoint moves."""
+    path = tmp_path / "nvidia-smi"
+    path.write_text('#!/bin/sh\ncase "$1" in --query-gpu=driver_version) echo "580.159.04";; '
+                    '--query-gpu=index,persistence_mode) echo "0, Enabled";; *) echo "0, 143771";; esac\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(snapshot, "_mem_available_bytes", lambda: 125 * 2**30)
+    reasons, facts = gates("cuda_checkpoint", "criu", "", str(TOOL), [0], 1, "/m", "", "vllm", 1.0)
+    assert reasons == ["checkpointing moves up to 140.4 GiB of GPU memory (1 of GPU(s) 0) to host RAM, but only "
+                       "125.0 GiB is available"]
+    reasons, facts = gates("cuda_checkpoint", "criu", "", str(TOOL), [0], 1, "/m", "", "vllm", 0.5)
+    assert reasons == [] and facts["host_ram_needed_bytes"] == 143771 * 2**20 // 2
