@@ -405,8 +405,8 @@ def _collect(ctx: TrialContext) -> dict[str, Any]:
         metrics["host_tier_source"] = source
     metrics.update(working_set(live or planned, sessions, kv_tokens, host_tokens))
     if host_gib and not host_tokens and kv_tokens:
-        metrics["tier_note"] += (f"; the {host_gib:g} GiB host tier's size in tokens is unknown (no model config read on "
-                                 "the node, and --num-gpu-blocks-override hides the GPU's bytes per token)")
+        metrics["tier_note"] += (f"; the {host_gib:g} GiB host tier's size in tokens is unknown (no model config read "
+                                 "on the node, and --num-gpu-blocks-override hides the GPU's bytes per token)")
     metrics["ready_s"] = run.get("ready_s")
     metrics["load_wall_s"] = load.get("load_wall_s")
     metrics["turns_completed"] = load.get("turns_completed")

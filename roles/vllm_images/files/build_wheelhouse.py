@@ -178,6 +178,8 @@ def walk(requirements: list[str], resolved: dict, node: dict, overrides: dict[st
 def download(node: dict, platforms: list[str], take: dict, pip_args: list[str], dest: Path) -> dict[str, str]:
     """pip download --no-deps of exactly the chosen versions; returns name -> wheel file."""
     pins = [f"{name}=={info['version']}" for name, info in sorted(take.items())]
+    if not pins:  # the node has everything
+        return {}
     with tempfile.TemporaryDirectory(prefix="wheelhouse-dl-") as tmp:
         argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
                 "--dest", tmp, *pip_target_args(node, platforms), *pip_args, *pins]

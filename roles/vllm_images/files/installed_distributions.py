@@ -3,7 +3,9 @@
 
 Run with ``python -I`` on the node so PYTHONPATH and the user's site do not leak in: the
 controller builds the wheelhouse for exactly this interpreter minus these packages. Optional
-arguments are extra folders to read (a ``--target`` folder the engine's PYTHONPATH will hold).
+arguments are extra folders to read (a ``--target`` folder the engine's PYTHONPATH will hold);
+``--no-packages`` reports the interpreter alone (a venv the role makes and fills: what it
+installed there must not count as the node's, or the next run would build another wheelhouse).
 """
 
 import importlib.metadata
@@ -20,7 +22,8 @@ def canonical(name: str) -> str:
 
 def main() -> None:
     found: dict[str, str] = {}
-    for path in [*sys.argv[1:], None]:
+    places = [] if sys.argv[1:2] == ["--no-packages"] else [*sys.argv[1:], None]
+    for path in places:
         dists = importlib.metadata.distributions(path=[path]) if path else importlib.metadata.distributions()
         for dist in dists:
             name = dist.metadata["Name"]
