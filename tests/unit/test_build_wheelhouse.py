@@ -104,3 +104,11 @@ def test_unresolvable_and_malformed_inputs_say_what(tmp_path: Path, index: Path)
     done = subprocess.run([sys.executable, str(BUILDER), "--node", str(tmp_path / "broken.json"), "--dest",
                            str(tmp_path / "wh"), "x==1"], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "missing key 'python'" in done.stderr
+
+
+def test_a_node_that_has_everything_gets_an_empty_wheelhouse(tmp_path: Path, index: Path) -> None:
+    node = {"whtest-app": "1.0", "whtest-lib": "1.0", "whtest-mid": "1.0", "whtest-leaf": "2.0"}
+    done = build(tmp_path, index, "whtest-app==1.0", node=node)
+    assert done.returncode == 0, done.stderr
+    assert "wheelhouse: built 0 wheels" in done.stdout
+    assert manifest(tmp_path)["wheels"] == {} and manifest(tmp_path)["from_node"]["whtest-app"] == "1.0"
