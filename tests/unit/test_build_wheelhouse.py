@@ -18,6 +18,8 @@ def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] 
     mod = name.replace("-", "_")
     dist = f"{mod}-{version}.dist-info"
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta += "".join(f"Provides-Extra: {e}\n" for e in sorted({r.split('extra == "')[1].rstrip('"')
+                                                              for r in requires if 'extra == "' in r}))
     meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
     with zipfile.ZipFile(folder / f"{mod}-{version}-py3-none-any.whl", "w") as whl:
         whl.writestr(f"{mod}/__init__.py", f"VERSION = {version!r}\n")
@@ -112,3 +114,9 @@ def test_a_node_that_has_everything_gets_an_empty_wheelhouse(tmp_path: Path, ind
     assert done.returncode == 0, done.stderr
     assert "wheelhouse: built 0 wheels" in done.stdout
     assert manifest(tmp_path)["wheels"] == {} and manifest(tmp_path)["from_node"]["whtest-app"] == "1.0"
+
+
+def test_an_extra_asked_for_later_still_brings_its_dependencies(tmp_path: Path, index: Path) -> None:
+    done = build(tmp_path, index, "whtest-app==1.0", "whtest-app[gpu]==1.0")
+    assert done.returncode == 0, done.stderr
+    assert manifest(tmp_path)["wheels"]["whtest-heavy"]["needed_by"] == "whtest-app 1.0"

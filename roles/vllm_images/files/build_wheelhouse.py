@@ -56,10 +56,12 @@ def load_node(path: Path) -> dict:
 
 def platform_tags(node: dict, wanted: list[str]) -> list[str]:
     """manylinux tags the node's glibc can load (pip matches each tag exactly, so list them all)."""
+    if wanted:
+        return wanted
     match = re.search(r"(\d+)\.(\d+)", node.get("glibc") or "")
     machine = node["platform"].split("-")[-1]
-    if not match or wanted:
-        return wanted or [t for t in DEFAULT_PLATFORMS if t.endswith(machine)]
+    if not match:
+        return [t for t in DEFAULT_PLATFORMS if t.endswith(machine)]
     top = int(match.group(2))
     tags = [f"manylinux_2_{minor}_{machine}" for minor in range(top, 16, -1)]
     return [*tags, f"manylinux2014_{machine}", f"linux_{machine}"]
@@ -99,6 +101,11 @@ def pip_target_args(node: dict, platforms: list[str]) -> list[str]:
             *(f"--platform={tag}" for tag in [*platforms, "any"])]
 
 
+def _pip_errors(stderr: str) -> str:
+    """pip's last lines, without the noise of find-links folders that do not exist."""
+    return "\n".join([ln for ln in stderr.splitlines() if "is ignored" not in ln][-15:])
+
+
 def write_stubs(root: Path, packages: dict[str, str]) -> None:
     """A dist-info per node package: pip then sees the node's packages as installed."""
     for name, version in packages.items():
@@ -123,9 +130,8 @@ def resolve(node: dict, platforms: list[str], requirements: list[str], pip_args:
             *pip_target_args(node, platforms), *pip_args, *requirements]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        errors = [ln for ln in done.stderr.splitlines() if "is ignored" not in ln][-15:]
         raise WheelhouseError("pip could not resolve " + " ".join(requirements) + f" for Python {node['python']} "
-                              f"on {platforms[0]}:\n" + "\n".join(errors))
+                              f"on {platforms[0]}:\n" + _pip_errors(done.stderr))
     items = json.loads(report.read_text())["install"]
     return {canonicalize_name(i["metadata"]["name"]): i for i in items}
 
@@ -139,6 +145,17 @@ def walk(requirements: list[str], resolved: dict, node: dict, overrides: dict[st
     mismatches: list[str] = []
     missing: list[str] = []
     queue = [(Requirement(r), "requested") for r in requirements]
+
+    def follow(name: str, extras: set[str]) -> None:
+        """Queue what ``name`` needs with these extras (the empty extra is the package itself)."""
+        for line in resolved[name]["metadata"].get("requires_dist") or []:
+            try:
+                dep = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if dep.marker is None or any(dep.marker.evaluate({**env, "extra": e}) for e in extras):
+                queue.append((dep, f"{name} {take[name]['version']}"))
+
     while queue:
         req, parent = queue.pop(0)
         name = canonicalize_name(req.name)
@@ -154,24 +171,17 @@ def walk(requirements: list[str], resolved: dict, node: dict, overrides: dict[st
                 if not ok:
                     mismatches.append(f"{name} {have[name]} on the node; {parent} asks {name}{req.specifier}")
                 continue
-        if name in take:
-            take[name]["extras"] |= set(req.extras)
+        if name in take:  # seen before: only extras it was not asked with yet add anything
+            extras = set(req.extras) - take[name]["extras"]
+            take[name]["extras"] |= extras
+            follow(name, extras)
             continue
-        item = resolved.get(name)
-        if item is None:
+        if name not in resolved:
             missing.append(f"{name} (needed by {parent})")
             continue
-        version = overrides.get(name, item["metadata"]["version"])
-        take[name] = {"version": version, "extras": set(req.extras), "needed_by": parent,
-                      "resolved": item["metadata"]["version"]}
-        for line in item["metadata"].get("requires_dist") or []:
-            try:
-                dep = Requirement(line)
-            except InvalidRequirement:
-                continue
-            extras = take[name]["extras"] or {""}
-            if dep.marker is None or any(dep.marker.evaluate({**env, "extra": e}) for e in extras):
-                queue.append((dep, f"{name} {version}"))
+        take[name] = {"version": overrides.get(name, resolved[name]["metadata"]["version"]),
+                      "extras": set(req.extras), "needed_by": parent}
+        follow(name, {"", *req.extras})
     return take, from_node, mismatches, missing
 
 
@@ -185,8 +195,7 @@ def download(node: dict, platforms: list[str], take: dict, pip_args: list[str], 
                 "--dest", tmp, *pip_target_args(node, platforms), *pip_args, *pins]
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            errors = [ln for ln in done.stderr.splitlines() if "is ignored" not in ln][-15:]
-            raise WheelhouseError("pip could not download the wheels:\n" + "\n".join(errors))
+            raise WheelhouseError("pip could not download the wheels:\n" + _pip_errors(done.stderr))
         files: dict[str, str] = {}
         for wheel in Path(tmp).glob("*.whl"):
             files[canonicalize_name(wheel.name.split("-")[0])] = wheel.name
@@ -222,17 +231,16 @@ def build(args: argparse.Namespace) -> str:
     dest.mkdir(parents=True, exist_ok=True)
     overrides = parse_pins(args.override, "override")
     excludes = {canonicalize_name(n) for n in args.exclude}
-    with tempfile.TemporaryDirectory(prefix="wheelhouse-") as tmp:
-        if args.no_deps:
-            resolved = {}
-            pinned = [Requirement(r) for r in args.requirements]
-            take = {canonicalize_name(r.name): {"version": next(iter(r.specifier)).version, "extras": set(),
-                                                "needed_by": "requested"} for r in pinned}
-            from_node, mismatches, missing = {}, [], []
-        else:
+    if args.no_deps:
+        pinned = [Requirement(r) for r in args.requirements]
+        take = {canonicalize_name(r.name): {"version": next(iter(r.specifier)).version, "needed_by": "requested"}
+                for r in pinned}
+        from_node, mismatches, missing = {}, [], []
+    else:
+        with tempfile.TemporaryDirectory(prefix="wheelhouse-") as tmp:
             resolved = resolve(node, platforms, args.requirements, args.pip_arg, Path(tmp))
-            take, from_node, mismatches, missing = walk(args.requirements, resolved, node, overrides, excludes,
-                                                        marker_env(node))
+        take, from_node, mismatches, missing = walk(args.requirements, resolved, node, overrides, excludes,
+                                                    marker_env(node))
     if missing:
         raise WheelhouseError("not in pip's resolution for the node (resolve on a controller whose Python is "
                               f"{node['python']}): " + "; ".join(missing))
