@@ -46,8 +46,9 @@ def _load_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
     return records
 
 
-def summary_frame(store: ResultsStore, records: dict[str, dict[str, Any]] | None = None) -> pd.DataFrame:
-    plan = store.read_json("plan.json") or {"trials": []}
+def summary_frame(store: ResultsStore, records: dict[str, dict[str, Any]] | None = None,
+                  plan: dict[str, Any] | None = None) -> pd.DataFrame:
+    plan = plan or store.read_json("plan.json") or {"trials": []}
     records = dict(_load_records(store) if records is None else records)
     rows: list[dict[str, Any]] = []
     for t in plan["trials"]:
@@ -106,18 +107,17 @@ def _hosts_section(store: ResultsStore) -> str:
     return markdown_table(pd.DataFrame(rows))
 
 
-def _plan_ordered(store: ResultsStore, records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _plan_ordered(plan: dict[str, Any], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Trial records in plan order (setup-major), then any left from an earlier plan."""
-    plan = store.read_json("plan.json") or {"trials": []}
     records = dict(records)
     ordered = [records.pop(t["id"]) for t in plan["trials"] if t["id"] in records]
     return ordered + list(records.values())
 
 
-def _kind_sections(store: ResultsStore, records: dict[str, dict[str, Any]]) -> list[str]:
+def _kind_sections(store: ResultsStore, records: dict[str, dict[str, Any]], plan: dict[str, Any]) -> list[str]:
     """Each kind with a ``KindReport`` gets its CSV (one or more rows per trial) and section."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
-    for record in _plan_ordered(store, records):
+    for record in _plan_ordered(plan, records):
         kind = KINDS.get(str(record.get("kind")))
         if kind is None or kind.report is None:
             continue
@@ -142,7 +142,8 @@ def build_report(root: Path) -> tuple[Path, Path]:
         raise RunnerError(f"{root}: not a results folder (no plan.json): run a campaign first")
     store = ResultsStore(root)
     records = _load_records(store)
-    frame = summary_frame(store, records)
+    plan = store.read_json("plan.json") or {"trials": []}
+    frame = summary_frame(store, records, plan)
     csv_path = store.write_text("summary.csv", frame.to_csv(index=False))
     run = store.read_json("run.json") or {}
     counts = frame["status"].value_counts().to_dict() if not frame.empty else {}
@@ -157,13 +158,12 @@ def build_report(root: Path) -> tuple[Path, Path]:
     if "stand-in" in engines:
         parts.append("- **engine=stand-in**: this campaign rehearsed the tooling; its timings say nothing "
                      "about vLLM.")
-    plan = store.read_json("plan.json") or {}
-    rehearsal = sorted({str(e["rehearsal_model"]) for t in plan.get("trials", [])
+    rehearsal = sorted({str(e["rehearsal_model"]) for t in plan["trials"]
                         if (e := t.get("engine") or {}).get("rehearsal_model")})
     if rehearsal:
         parts.append(f"- **random weights** ({', '.join(rehearsal)}, made by nodetools.model_maker): timings, memory "
                      "and caches are the real engine's; its answers, and so the quality checks, mean nothing.")
-    parts.extend(_kind_sections(store, records))
+    parts.extend(_kind_sections(store, records, plan))
     parts.append("\n## Hosts\n")
     parts.append(_hosts_section(store))
     parts.append("\n## Trials\n")
