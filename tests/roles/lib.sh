@@ -107,6 +107,29 @@ rt_chroot_apt() {
   return $rc
 }
 
+# Download Debian packages with their dependencies (those the container image lacks) into
+# OUT/repo, from the mirror, in a scratch copy of the container image. Used by the recipes that
+# make a flat apt repository for containers without network.
+rt_fetch_debs() {  # OUT PACKAGE...
+  local out=$1 scratch=$1/scratch
+  shift
+  cp -a "$RT_CACHE/container/root" "$scratch"
+  rm -f "$scratch"/etc/apt/sources.list.d/*
+  echo "deb $(rt_mirror) $RT_SUITE main" > "$scratch/etc/apt/sources.list"
+  mkdir -p "$scratch/srv/repo/partial" "$out/repo"
+  { rt_chroot_apt "$scratch" update &&
+    rt_chroot_apt "$scratch" install --no-install-recommends --download-only -o Dir::Cache::archives=/srv/repo \
+      "$@"; } > "$out/apt.log" 2>&1 || { tail -n 20 "$out/apt.log" >&2; return 1; }
+  mv "$scratch"/srv/repo/*.deb "$out/repo/"
+  rm -rf "$scratch"
+}
+
+# Write the Packages index of a flat apt repository (and refuse an empty one).
+rt_index_repo() {  # DIR
+  (cd "$1" && apt-ftparchive packages . > Packages)
+  [ -s "$1/Packages" ] || { echo "empty Packages index in $1" >&2; return 1; }
+}
+
 # Run a command in the harness's network namespace (the docker engine, containers and VMs live there).
 rt_in_netns() {
   [ -n "${RT_NETNS:-}" ] || rt_die "RT_NETNS is not set: run through scripts/test-roles.sh"

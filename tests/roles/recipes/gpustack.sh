@@ -26,25 +26,16 @@ recipe_inputs() {
 }
 
 recipe_build() {  # $1 = output folder
-  local out=$1 scratch=$1/scratch mirror
+  local out=$1 mirror
   [ -n "$RT_CRIU_TARBALL" ] && [ -n "$RT_CRIU_SHA256" ] ||
     { echo "cannot read criu_source_url / criu_source_checksum (sha256) from roles/criu/defaults/main.yml" >&2; return 1; }
   mirror=$(rt_mirror)
-  cp -a "$RT_CACHE/container/root" "$scratch"
-  rm -f "$scratch"/etc/apt/sources.list.d/*
-  echo "deb $mirror $RT_SUITE main" > "$scratch/etc/apt/sources.list"
-  mkdir -p "$scratch/srv/repo/partial"
   # shellcheck disable=SC2086  # a word list of package names
-  { rt_chroot_apt "$scratch" update &&
-    rt_chroot_apt "$scratch" install --no-install-recommends --download-only -o Dir::Cache::archives=/srv/repo \
-      $RT_GPU_PACKAGES; } > "$out/apt.log" 2>&1 || { tail -n 20 "$out/apt.log" >&2; return 1; }
-  mkdir -p "$out/repo" "$out/wheels" "$out/images" "$out/src"
-  mv "$scratch"/srv/repo/*.deb "$out/repo/"
-  rm -rf "$scratch"
+  rt_fetch_debs "$out" $RT_GPU_PACKAGES
+  mkdir -p "$out/wheels" "$out/images" "$out/src"
   python3 "$RT_DIR/gpu_mocks/build_mocks.py" --debs "$out/repo" --wheels "$out/wheels" --images "$out/images" \
     > "$out/mocks.log" 2>&1 || { tail -n 20 "$out/mocks.log" >&2; return 1; }
-  (cd "$out/repo" && apt-ftparchive packages . > Packages)
-  [ -s "$out/repo/Packages" ] || { echo "empty Packages index" >&2; return 1; }
+  rt_index_repo "$out/repo"
   # The containers run Debian 12's Python 3.11.
   "$RT_REPO/.venv/bin/python" -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp \
     --abi cp311 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
