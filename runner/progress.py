@@ -2,6 +2,10 @@
 
 ``RichProgress`` for a terminal, ``PlainProgress`` (one log line per event) for CI and pipes,
 ``QuietProgress`` for ``--quiet``. All are called from worker threads and lock internally.
+
+Times say what they measure: ``elapsed`` is the time since the trial started, ``measure for 4.2 s``
+the time spent in the current phase, and a plain log line says "phase measure starts at 4.2 s into
+the trial (prepare took 3.9 s)".
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["PlainProgress", "Progress", "QuietProgress", "RichProgress"]
+__all__ = ["PlainProgress", "Progress", "QuietProgress", "RichProgress", "clock"]
 
 logger = logging.getLogger("runner.progress")
 
@@ -34,6 +38,7 @@ class _Running:
     host: str
     started: float
     phase: str = ""
+    phase_started: float = 0.0
     task: str = ""
     line: str = ""
 
@@ -50,8 +55,20 @@ class _State:
     def begin(self, trial_id: str, host: str) -> int:
         with self.lock:
             self.started += 1
-            self.running[trial_id] = _Running(self.started, host, time.monotonic())
+            now = time.monotonic()
+            self.running[trial_id] = _Running(self.started, host, now, phase_started=now)
             return self.started
+
+    def enter_phase(self, trial_id: str, phase: str) -> tuple[_Running, str, float] | None:
+        """Start ``phase``; return the trial, and the phase it leaves with the seconds spent in it."""
+        with self.lock:
+            r = self.running.get(trial_id)
+            if r is None:
+                return None
+            now = time.monotonic()
+            left = (r.phase, now - r.phase_started)
+            r.phase, r.phase_started, r.task, r.line = phase, now, "", ""
+            return r, left[0], left[1]
 
     def end(self, trial_id: str, status: str) -> _Running | None:
         with self.lock:
@@ -103,11 +120,12 @@ class PlainProgress(QuietProgress):
         logger.info("[%d/%d] %s on %s: started", n, self.state.total, trial_id, host)
 
     def phase(self, trial_id: str, phase: str) -> None:
-        r = self.state.running.get(trial_id)
-        if r is not None:
-            r.phase = phase
-            logger.info("[%d/%d] %s: phase %s (%.1f s)", r.n, self.state.total, trial_id, phase,
-                        time.monotonic() - r.started)
+        entered = self.state.enter_phase(trial_id, phase)
+        if entered is not None:
+            r, left, seconds = entered
+            took = f" ({left} took {seconds:.1f} s)" if left else ""
+            logger.info("[%d/%d] %s: phase %s starts at %.1f s into the trial%s", r.n, self.state.total, trial_id,
+                        phase, r.phase_started - r.started, took)
 
     def trial_finished(self, trial_id: str, status: str, reason: str, seconds: float) -> None:
         r = self.state.end(trial_id, status)
@@ -119,34 +137,87 @@ class PlainProgress(QuietProgress):
         logger.info("%s", message)
 
 
+def clock(seconds: float) -> str:
+    """A duration to read at a glance: ``4.2 s``, ``12m 03s``, ``1h 02m``."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+
+
+_COLUMNS = ("#", "trial", "host", "phase", "elapsed", "now")
+_PADDING = 2  # one space either side of every column
+# How the columns give way to a narrow console, in order (column, narrowest it gets at that step):
+# the live line first, then the host and the trial id, the phase last. "#" and "elapsed" never shrink.
+_SHRINK = (("now", 16), ("host", 16), ("trial", 28), ("now", 0), ("trial", 12), ("host", 4), ("phase", 8),
+           ("trial", 6), ("phase", 0))
+
+
+def fit_widths(natural: dict[str, int], width: int) -> dict[str, int]:
+    """Column widths (without padding) that fit ``width``; a column at 0 is left out."""
+    widths = dict(natural)
+    for col, floor in _SHRINK:
+        excess = sum(w + _PADDING for w in widths.values() if w > 0) - width
+        if excess <= 0:
+            break
+        widths[col] = max(min(floor, widths[col]), widths[col] - excess)
+        if floor == 0 and widths[col] < 6:  # a sliver says nothing: leave the column out
+            widths[col] = 0
+    return widths
+
+
+class _Board:
+    """The live table, laid out again for the console's width at every refresh (rich alone would
+    squeeze every column alike, and cut the elapsed time first at 120 columns)."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.cells import cell_len
+        from rich.table import Table
+        from rich.text import Text
+
+        s = self.state
+        now = time.monotonic()
+        with s.lock:
+            running = list(s.running.items())
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(s.counts.items())) or "none finished yet"
+            caption = f"{s.done}/{s.total} done: {counts}"
+        rows = [(f"{r.n}/{s.total}", trial_id, r.host,
+                 f"{r.phase} for {clock(now - r.phase_started)}" if r.phase else "starting",
+                 clock(now - r.started), r.line or r.task) for trial_id, r in running]
+        natural = {col: max([cell_len(col), *(cell_len(row[i]) for row in rows)])
+                   for i, col in enumerate(_COLUMNS)}
+        widths = fit_widths(natural, options.max_width)
+        shown = [i for i, col in enumerate(_COLUMNS) if widths[col] > 0]
+        table = Table(box=None, show_header=True, header_style="bold", expand=False, caption=caption)
+        for i in shown:
+            col = _COLUMNS[i]
+            table.add_column(col, width=widths[col], no_wrap=True, overflow="ellipsis",
+                             justify="right" if col in ("#", "elapsed") else "left")
+        for row in rows:
+            table.add_row(*(Text(row[i]) for i in shown))
+        yield table
+
+
 class RichProgress(QuietProgress):
     """A live table of running trials, refreshed a few times a second."""
 
-    def __init__(self) -> None:
+    def __init__(self, console: Any = None) -> None:
         super().__init__()
         from rich.console import Console
         from rich.live import Live
 
-        self.console = Console(stderr=True)
+        self.console = console or Console(stderr=True)
         self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=True,
                           get_renderable=self._render)
 
     def _render(self) -> Any:
-        from rich.table import Table
-
-        s = self.state
-        table = Table(box=None, show_header=True, header_style="bold", expand=False)
-        for col in ("trial", "host", "phase", "elapsed", "now"):
-            table.add_column(col, overflow="ellipsis", no_wrap=True, max_width=60 if col == "now" else None)
-        now = time.monotonic()
-        with s.lock:
-            running = list(s.running.items())
-        for trial_id, r in running:
-            table.add_row(f"[{r.n}/{s.total}] {trial_id}", r.host, r.phase, f"{now - r.started:5.1f} s",
-                          r.line or r.task)
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(s.counts.items())) or "none finished yet"
-        table.caption = f"{s.done}/{s.total} done: {counts}"
-        return table
+        return _Board(self.state)
 
     def start(self, total: int, kept: int) -> None:
         super().start(total, kept)
@@ -155,9 +226,7 @@ class RichProgress(QuietProgress):
         self._live.start()
 
     def phase(self, trial_id: str, phase: str) -> None:
-        r = self.state.running.get(trial_id)
-        if r is not None:
-            r.phase, r.task, r.line = phase, "", ""
+        self.state.enter_phase(trial_id, phase)
 
     def task(self, trial_id: str, task: str) -> None:
         r = self.state.running.get(trial_id)

@@ -1,17 +1,26 @@
-"""Rebuild ``summary.csv`` and ``report.md`` from what is on disk in a results folder.
+"""Rebuild ``summary.csv``, ``summary.json`` and ``report.md`` from what is on disk in a results folder.
 
 One row per planned trial: ok, failed, skipped, interrupted, and ``pending`` for trials the plan
 holds but no run has reached yet. Metrics of a trial that did not finish ok stay empty (NaN in
-pandas, an empty cell in the CSV), never 0.
+pandas, an empty cell in the CSV, ``null`` in the JSON), never 0. ``summary.json`` holds the same
+rows with typed values, plus one aggregate per experiment, mode and host: how many trials ended
+how, and the min, median and max of each numeric metric over the ok repeats only.
+
+Everything here is written with plain ``open()`` (then renamed into place), so the files get the
+permissions the umask gives and can be shared like any other file.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import os
+import statistics
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from runner.errors import RunnerError
@@ -19,12 +28,35 @@ from runner.experiments import KINDS
 from runner.experiments.base import TrialContext
 from runner.store import ResultsStore
 
-__all__ = ["build_report", "markdown_table", "summary_frame"]
+__all__ = ["aggregate_rows", "build_report", "json_value", "markdown_table", "summary_frame", "typed_rows",
+           "write_text"]
 
 logger = logging.getLogger(__name__)
 
 _BASE_COLUMNS = ["trial_id", "experiment", "kind", "mode", "repeat", "host", "engine", "status", "reason",
                  "duration_s"]
+# Columns that describe a trial rather than measure it: never aggregated.
+_FACTOR_COLUMNS = frozenset(_BASE_COLUMNS) - {"duration_s"}
+_COUNTED = ("ok", "failed", "skipped")  # every other status (interrupted, pending, running) counts as "other"
+SUMMARY_JSON_FORMAT = 1
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename it into
+    place: a reader never sees half a file, and the file is made by ``open()``, so it gets the
+    mode the umask gives (a report is meant to be shared)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def _load_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
@@ -48,6 +80,11 @@ def _load_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
 
 def summary_frame(store: ResultsStore, records: dict[str, dict[str, Any]] | None = None,
                   plan: dict[str, Any] | None = None) -> pd.DataFrame:
+    return _frame(_summary_rows(store, records, plan))
+
+
+def _summary_rows(store: ResultsStore, records: dict[str, dict[str, Any]] | None = None,
+                  plan: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     plan = plan or store.read_json("plan.json") or {"trials": []}
     records = dict(_load_records(store) if records is None else records)
     rows: list[dict[str, Any]] = []
@@ -55,6 +92,10 @@ def summary_frame(store: ResultsStore, records: dict[str, dict[str, Any]] | None
         r = records.pop(t["id"], None)
         rows.append(_row(t, r))
     rows.extend(_row(r, r) for r in records.values())  # trials of an earlier plan stay visible
+    return rows
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=_BASE_COLUMNS)
@@ -80,6 +121,95 @@ def _row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str, An
     return row
 
 
+def json_value(value: Any) -> Any:
+    """A cell as a JSON value of its own type: ``None`` for a gap (never 0), bool, int, float, str."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    try:
+        if pd.isna(value):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return value if isinstance(value, str) else str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _numeric_columns(trials: list[dict[str, Any]]) -> list[str]:
+    """Metric columns whose values are all numbers (booleans and text are not aggregated)."""
+    columns = dict.fromkeys(c for t in trials for c in t if c not in _FACTOR_COLUMNS)
+    out = []
+    for col in columns:
+        values = [t[col] for t in trials if t.get(col) is not None]
+        if values and all(_is_number(v) for v in values):
+            out.append(col)
+    return out
+
+
+def typed_rows(frame: pd.DataFrame, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (as the trial records hold them: a float stays a float) in ``frame``'s columns,
+    each value JSON-typed; a gap is ``None``."""
+    return [{col: json_value(row.get(col)) for col in frame.columns} for row in rows]
+
+
+def aggregate_rows(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per experiment, mode and host (the host only splits where an experiment ran on more
+    than one; with one host it is just named): trials counted by status, and per numeric metric the
+    ``n``, ``min``, ``median`` and ``max`` over the ok repeats. A failed or skipped trial is counted
+    and its reason listed, never aggregated; a metric no ok repeat has is left out, not 0."""
+    metrics = sorted(_numeric_columns(trials), key=lambda c: c == "duration_s")  # the trial's wall time last
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for t in trials:
+        groups.setdefault((t["experiment"], t["kind"], t["mode"], t["host"]), []).append(t)
+    out = []
+    for (experiment, kind, mode, host), group in groups.items():
+        statuses = [str(t["status"]) for t in group]
+        row: dict[str, Any] = {
+            "experiment": experiment, "kind": kind, "mode": mode, "host": host, "n_trials": len(group),
+            **{f"n_{s}": statuses.count(s) for s in _COUNTED},
+            "n_other": sum(s not in _COUNTED for s in statuses),
+            "not_ok": [{"trial_id": t["trial_id"], "status": t["status"], "reason": t.get("reason") or ""}
+                       for t in group if t["status"] != "ok"],
+            "metrics": {},
+        }
+        ok = [t for t in group if t["status"] == "ok"]
+        for col in metrics:
+            values = [t[col] for t in ok if t.get(col) is not None]
+            if values:
+                row["metrics"][col] = {"n": len(values), "min": min(values), "median": statistics.median(values),
+                                       "max": max(values)}
+        out.append(row)
+    return out
+
+
+def _engine_notes(engines: list[str], plan: dict[str, Any]) -> list[str]:
+    notes = []
+    if "stand-in" in engines:
+        notes.append("**engine=stand-in**: this campaign rehearsed the tooling; its timings say nothing about vLLM.")
+    rehearsal = sorted({str(e["rehearsal_model"]) for t in plan["trials"]
+                        if (e := t.get("engine") or {}).get("rehearsal_model")})
+    if rehearsal:
+        notes.append(f"**random weights** ({', '.join(rehearsal)}, made by nodetools.model_maker): timings, memory "
+                     "and caches are the real engine's; its answers, and so the quality checks, mean nothing.")
+    return notes
+
+
+def summary_json(columns: list[str], trials: list[dict[str, Any]], campaign: str, notes: list[str]) -> str:
+    doc = {
+        "format": SUMMARY_JSON_FORMAT, "campaign": campaign, "notes": [n.replace("**", "") for n in notes],
+        "columns": columns, "trials": trials, "aggregates": aggregate_rows(trials),
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def markdown_table(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "_none_\n"
@@ -89,6 +219,56 @@ def markdown_table(frame: pd.DataFrame) -> str:
         cells = ["" if pd.isna(v) else str(v).replace("|", "\\|").replace("\n", " ") for v in row]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _fmt(value: float | int) -> str:
+    if isinstance(value, int) or (float(value).is_integer() and abs(value) >= 1000):
+        return str(int(value))
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    return np.format_float_positional(float(value), precision=4, unique=True, fractional=False, trim="-")
+
+
+def _cell(stats: dict[str, Any] | None, n_ok: int) -> str:
+    if not stats:
+        return ""
+    text = _fmt(stats["median"])
+    if stats["min"] != stats["max"]:
+        text += f" [{_fmt(stats['min'])}, {_fmt(stats['max'])}]"
+    if stats["n"] < n_ok:
+        text += f" n={stats['n']}"
+    return text
+
+
+def _aggregate_section(trials: list[dict[str, Any]]) -> str:
+    """Per experiment one table: a column per mode (and host where there are several), the counts,
+    then ``median [min, max]`` of every numeric metric over the ok repeats."""
+    rows = aggregate_rows(trials)
+    if not rows:
+        return "_none_\n"
+    several_hosts = len({r["host"] for r in rows}) > 1
+    parts = []
+    by_experiment: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_experiment.setdefault(row["experiment"], []).append(row)
+    for experiment, groups in by_experiment.items():
+        labels = [f"{g['mode']} @ {g['host']}" if several_hosts else str(g["mode"]) for g in groups]
+        table: list[dict[str, str]] = [
+            {"": "trials ok", **{lab: str(g["n_ok"]) for lab, g in zip(labels, groups, strict=True)}},
+            {"": "failed", **{lab: str(g["n_failed"]) for lab, g in zip(labels, groups, strict=True)}},
+            {"": "skipped", **{lab: str(g["n_skipped"]) for lab, g in zip(labels, groups, strict=True)}},
+        ]
+        if any(g["n_other"] for g in groups):
+            table.append({"": "interrupted, pending",
+                          **{lab: str(g["n_other"]) for lab, g in zip(labels, groups, strict=True)}})
+        metrics = list(dict.fromkeys(m for g in groups for m in g["metrics"]))
+        table.extend({"": m, **{lab: _cell(g["metrics"].get(m), g["n_ok"]) for lab, g in zip(labels, groups,
+                                                                                             strict=True)}}
+                     for m in metrics)
+        kind = groups[0]["kind"]
+        parts.append(f"\n### {experiment}" + (f" ({kind})" if kind != experiment else "") + "\n")
+        parts.append(markdown_table(pd.DataFrame(table, columns=["", *labels])))
+    return "\n".join(parts)
 
 
 def _hosts_section(store: ResultsStore) -> str:
@@ -130,47 +310,53 @@ def _kind_sections(store: ResultsStore, records: dict[str, dict[str, Any]], plan
         spec = KINDS[name].report
         assert spec is not None
         frame = pd.DataFrame(rows).convert_dtypes()
-        store.write_text(spec.csv_name, frame.to_csv(index=False))
+        write_text(store.root / spec.csv_name, frame.to_csv(index=False))
         if spec.section is not None:
             parts.append(spec.section(frame, store.root))
     return parts
 
 
 def build_report(root: Path) -> tuple[Path, Path]:
-    """Write ``summary.csv`` and ``report.md`` under ``root``; return their paths."""
+    """Write ``summary.csv``, ``summary.json`` and ``report.md`` under ``root``; return the paths of
+    the CSV and the Markdown."""
     if not (root / "plan.json").is_file():
         raise RunnerError(f"{root}: not a results folder (no plan.json): run a campaign first")
     store = ResultsStore(root)
     records = _load_records(store)
     plan = store.read_json("plan.json") or {"trials": []}
-    frame = summary_frame(store, records, plan)
-    csv_path = store.write_text("summary.csv", frame.to_csv(index=False))
+    rows = _summary_rows(store, records, plan)
+    frame = _frame(rows)
+    trials = typed_rows(frame, rows)
     run = store.read_json("run.json") or {}
+    campaign = str(run.get("campaign") or plan.get("campaign") or root.name)
     counts = frame["status"].value_counts().to_dict() if not frame.empty else {}
     engines = sorted(set(frame["engine"])) if not frame.empty else []
+    notes = _engine_notes(engines, plan)
+    csv_path = write_text(store.root / "summary.csv", frame.to_csv(index=False))
+    write_text(store.root / "summary.json", summary_json(list(frame.columns), trials, campaign, notes))
     parts = [
-        f"# Campaign {run.get('campaign', root.name)}\n",
+        f"# Campaign {campaign}\n",
         f"- trials: {len(frame)} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'})",
         f"- engine: {', '.join(engines) or 'none'}",
         f"- git: {(run.get('git') or {}).get('sha')} (dirty: {(run.get('git') or {}).get('dirty')})",
         f"- tools: {', '.join(f'{k} {v}' for k, v in (run.get('tools') or {}).items())}",
+        *(f"- {note}" for note in notes),
+        "- data: `summary.csv` (one row per trial), `summary.json` (the same rows with typed values, plus the "
+        "per-mode aggregates below)",
     ]
-    if "stand-in" in engines:
-        parts.append("- **engine=stand-in**: this campaign rehearsed the tooling; its timings say nothing "
-                     "about vLLM.")
-    rehearsal = sorted({str(e["rehearsal_model"]) for t in plan["trials"]
-                        if (e := t.get("engine") or {}).get("rehearsal_model")})
-    if rehearsal:
-        parts.append(f"- **random weights** ({', '.join(rehearsal)}, made by nodetools.model_maker): timings, memory "
-                     "and caches are the real engine's; its answers, and so the quality checks, mean nothing.")
     parts.extend(_kind_sections(store, records, plan))
     parts.append("\n## Hosts\n")
     parts.append(_hosts_section(store))
+    parts.append("\n## Per mode: min / median / max over the ok repeats\n")
+    parts.append("Each cell is `median [min, max]` over the repeats that finished ok (`n=` when fewer of them "
+                 "carry the metric); failed, skipped, interrupted and pending trials are counted, never averaged "
+                 "in: their reasons are listed below.\n")
+    parts.append(_aggregate_section(trials))
     parts.append("\n## Trials\n")
     # Metrics live in the kinds' sections and in summary.csv; this table says what ran and how it ended.
     parts.append(markdown_table(frame[[c for c in _BASE_COLUMNS if c != "reason"]] if not frame.empty else frame))
     not_ok = frame[frame["status"] != "ok"] if not frame.empty else frame
     parts.append("\n## Not ok: failed, skipped, interrupted and pending trials, with reasons\n")
     parts.append(markdown_table(not_ok[["trial_id", "host", "status", "reason"]] if not not_ok.empty else not_ok))
-    md_path = store.write_text("report.md", "\n".join(parts) + "\n")
+    md_path = write_text(store.root / "report.md", "\n".join(parts) + "\n")
     return csv_path, md_path

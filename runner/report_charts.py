@@ -1,14 +1,27 @@
-"""Charts for report.md (matplotlib, headless): each takes a kind's table and writes one PNG."""
+"""Charts for report.md (matplotlib, headless): each takes a kind's table and writes one PNG.
+
+A chart can travel without its report, so each one says on its face what it measured: when the
+engine was the stand-in, or the model had random (or dummy) weights, a subtitle says so, and the
+PNG's ``Title``/``Description`` metadata carry the same words. Which trials those were comes from
+the table's ``engine``/``rehearsal_model`` columns where it has them, else from each plotted
+trial's ``trials/<trial_id>/trial.json`` in the results folder the chart is written to.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import textwrap
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["offload_ttft_chart", "offload_turn_wall_chart", "startup_chart"]
+__all__ = ["STARTUP_TITLE", "engine_note", "offload_figure", "offload_ttft_chart", "offload_turn_wall_chart",
+           "startup_chart", "startup_figure", "trial_engine"]
 
+STARTUP_TITLE = "Startup to first token, by phase"
 _STARTUP_PHASES = (("weights_s", "weights"), ("compile_s", "torch.compile"), ("graph_capture_s", "CUDA graphs"),
                    ("kernel_jit_s", "kernel JIT + warm-up"), ("engine_other_s", "profile, KV allocation"),
                    ("other_s", "other (process, API server)"))
@@ -23,42 +36,161 @@ def _pyplot() -> Any:
     return plt
 
 
-def startup_chart(frame: pd.DataFrame, path: Path) -> Path | None:
-    """Stacked phases per trial, repeats side by side; plus wake vs start when sleep_wake ran."""
+# --- what the engine was -------------------------------------------------------------------------
+
+def trial_engine(record: Mapping[str, Any]) -> dict[str, str]:
+    """From a trial record: ``engine`` (its label: vllm, stand-in, none), ``rehearsal_model`` (the
+    model maker's preset: random weights) and ``load_format`` (``dummy``: vLLM's random weights)."""
+    engine = record.get("engine") or {}
+    recipe = (record.get("params") or {}).get("recipe") or {}
+    load_format = {**(engine.get("args") or {}), **(recipe.get("args") or {})}.get("load-format") or ""
+    return {"engine": str(record.get("engine_label") or engine.get("kind") or "none"),
+            "rehearsal_model": str(engine.get("rehearsal_model") or ""), "load_format": str(load_format)}
+
+
+def _plotted_engines(frame: pd.DataFrame, root: Path) -> list[dict[str, str]]:
+    """One entry per plotted trial: from the table's columns, else from the trial's record."""
+    if "engine" in frame.columns or "engine_label" in frame.columns:
+        out = []
+        for row in frame.to_dict("records"):
+            label = row.get("engine", row.get("engine_label"))
+            out.append({"engine": "" if pd.isna(label) else str(label),
+                        "rehearsal_model": "" if pd.isna(r := row.get("rehearsal_model", "")) else str(r),
+                        "load_format": "" if pd.isna(f := row.get("load_format", "")) else str(f)})
+        return out
+    ids: Iterable[Any] = dict.fromkeys(frame["trial_id"]) if "trial_id" in frame.columns else ()
+    out = []
+    for trial_id in ids:
+        path = root / "trials" / str(trial_id) / "trial.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        out.append(trial_engine(record))
+    return out
+
+
+def engine_note(frame: pd.DataFrame, root: Path) -> str:
+    """The chart's warning, or "": "stand-in engine", "random weights", "dummy weights"."""
+    engines = _plotted_engines(frame, root)
+    if not engines:
+        return ""
+    real = [e for e in engines if e["engine"] != "stand-in"]
+    random_weights = [e for e in real if e["rehearsal_model"]]
+    presets = ", ".join(sorted({e["rehearsal_model"] for e in random_weights}))
+    found = (
+        (len(engines) - len(real), "stand-in engine: a rehearsal of the tooling, these timings say nothing about vLLM"),
+        (len(random_weights), f"random weights ({presets}): real engine timings, meaningless answers"),
+        (sum(not e["rehearsal_model"] and e["load_format"] == "dummy" for e in real),
+         "dummy weights (--load-format dummy): no weights read from disk"),
+    )
+    notes = [text if hits == len(engines) else f"{hits} of {len(engines)} trials: {text}"
+             for hits, text in found if hits]
+    return "; ".join(notes)
+
+
+def _subtitle(fig: Any, note: str) -> None:
+    """The warning above every panel, in red; then the layout, which makes room for it."""
+    if note:
+        fig.suptitle(textwrap.fill(note, 110), color="tab:red", fontsize=9, fontweight="bold")
+    fig.tight_layout()
+
+
+def _save(plt: Any, fig: Any, path: Path, title: str, note: str) -> Path:
+    """Save the figure (matplotlib's plain ``open()``, so the umask decides the mode; to a temporary
+    name, then a rename, so a reader never sees half a PNG) with its title and warning as PNG
+    metadata, and close it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, format="png", dpi=110,
+                    metadata={"Title": f"{title} ({note})" if note else title, "Description": note or title})
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+    return path
+
+
+# --- startup -------------------------------------------------------------------------------------
+
+def _trial_labels(frame: pd.DataFrame) -> list[str]:
+    """``mode`` and repeat per bar; the host (then the trial id) joins in where those repeat."""
+    labels = [f"{m}\nr{r}" for m, r in zip(frame["mode"], frame["repeat"], strict=True)]
+    if len(set(labels)) < len(labels) and "host" in frame.columns:
+        labels = [f"{lab}@{h}" for lab, h in zip(labels, frame["host"], strict=True)]
+    if len(set(labels)) < len(labels) and "trial_id" in frame.columns:
+        labels = [str(t) for t in frame["trial_id"]]
+    return labels
+
+
+def startup_figure(frame: pd.DataFrame, note: str = "") -> Any | None:
+    """The startup figure, subtitled with ``note`` (not saved): stacked phases per trial, repeats
+    side by side; and where sleep_wake ran, a panel of its own on a log scale with every repeat's
+    start and wake."""
     ok = frame[(frame["status"] == "ok") & frame["first_token_s"].notna()]
     if ok.empty:
         return None
     plt = _pyplot()
     wake = ok[ok["wake_to_first_token_s"].notna()] if "wake_to_first_token_s" in ok else ok.iloc[0:0]
-    fig, axes = plt.subplots(1, 2 if len(wake) else 1, figsize=(11 if len(wake) else 8, 4.5),
-                             gridspec_kw={"width_ratios": [3, 1]} if len(wake) else None, squeeze=False)
+    fig, axes = plt.subplots(1, 2 if len(wake) else 1, figsize=(12 if len(wake) else 8, 4.8),
+                             gridspec_kw={"width_ratios": [3, 1.3]} if len(wake) else None, squeeze=False)
     ax = axes[0][0]
-    labels = [f"{m}\nr{r}" for m, r in zip(ok["mode"], ok["repeat"], strict=True)]
+    x = list(range(len(ok)))
     bottom = pd.Series(0.0, index=ok.index)
     for column, name in _STARTUP_PHASES:
         values = pd.to_numeric(ok[column], errors="coerce").fillna(0.0).astype(float) if column in ok else bottom * 0
-        ax.bar(labels, values, bottom=bottom, label=name)
+        ax.bar(x, values, bottom=bottom, label=name)
         bottom = bottom + values
+    ax.set_xticks(x, _trial_labels(ok))
     ax.set_ylabel("seconds from start command")
-    ax.set_title("Startup to first token, by phase")
+    ax.set_title(STARTUP_TITLE)
     ax.tick_params(axis="x", labelsize=7, labelrotation=60)
     ax.legend(fontsize=7)
     if len(wake):
-        ax2 = axes[0][1]
-        ax2.bar(["start", "wake"], [float(wake["first_token_s"].astype(float).median()),
-                                    float(wake["wake_to_first_token_s"].astype(float).median())],
-                color=["tab:gray", "tab:green"])
-        ax2.set_title("sleep_wake: to first token")
-        ax2.set_ylabel("seconds (median of repeats)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+        _wake_panel(axes[0][1], wake)
+    _subtitle(fig, note)
+    return fig
 
 
-def _offload_lines(turns: pd.DataFrame, column: str, path: Path, ylabel: str, title: str,
-                   band: str | None = None) -> Path | None:
-    """One line per trial over the turns (repeats apart: read them side by side, not averaged);
+def _wake_panel(ax: Any, wake: pd.DataFrame) -> None:
+    """Every sleep_wake repeat: its cold start and its wake, side by side, on a log scale (a wake
+    of 0.2 s next to a start of 60 s would be an invisible sliver on a linear one)."""
+    starts = wake["first_token_s"].astype(float).tolist()
+    wakes = wake["wake_to_first_token_s"].astype(float).tolist()
+    labels = [lab.replace("\n", " ") for lab in _trial_labels(wake)]
+    x = list(range(len(wake)))
+    width = 0.38
+    bars_start = ax.bar([i - width / 2 for i in x], starts, width, color="tab:gray", label="start to first token")
+    bars_wake = ax.bar([i + width / 2 for i in x], wakes, width, color="tab:green", label="wake to first token")
+    ax.set_yscale("log")
+    positive = [v for v in starts + wakes if v > 0]
+    if positive:
+        ax.set_ylim(min(positive) / 3, max(positive) * 4)
+    for bars in (bars_start, bars_wake):
+        ax.bar_label(bars, fmt="%.3g s", fontsize=7, padding=2)
+    ax.set_xticks(x, [lab.removeprefix("sleep_wake ") for lab in labels])
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title("sleep_wake: start vs wake, every repeat")
+    ax.set_ylabel("seconds to first token (log scale)")
+    ax.legend(fontsize=7, loc="upper right")
+
+
+def startup_chart(frame: pd.DataFrame, path: Path) -> Path | None:
+    """Write :func:`startup_figure` to ``path``, subtitled when the engine or weights were not real."""
+    note = engine_note(frame[frame["status"] == "ok"], path.parent)
+    fig = startup_figure(frame, note)
+    if fig is None:
+        return None
+    return _save(_pyplot(), fig, path, STARTUP_TITLE, note)
+
+
+# --- offload -------------------------------------------------------------------------------------
+
+def offload_figure(turns: pd.DataFrame, column: str, ylabel: str, title: str, band: str | None = None,
+                   note: str = "") -> Any | None:
+    """Subtitled with ``note``: one line per trial over the turns (repeats apart: read them side by side, not averaged);
     a trial that stopped early is dashed and labelled so."""
     if turns.empty or column not in turns:
         return None
@@ -81,10 +213,17 @@ def _offload_lines(turns: pd.DataFrame, column: str, path: Path, ylabel: str, ti
     ax.set_xticks(sorted(int(t) for t in data["turn"].unique()))
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    _subtitle(fig, note)
+    return fig
+
+
+def _offload_lines(turns: pd.DataFrame, column: str, path: Path, ylabel: str, title: str,
+                   band: str | None = None) -> Path | None:
+    note = engine_note(turns[turns[column].notna()], path.parent) if column in turns else ""
+    fig = offload_figure(turns, column, ylabel, title, band, note)
+    if fig is None:
+        return None
+    return _save(_pyplot(), fig, path, title, note)
 
 
 def offload_ttft_chart(turns: pd.DataFrame, path: Path) -> Path | None:

@@ -1,0 +1,81 @@
+"""The live display: the elapsed time is always whole, whatever the width and the ids; times say
+whether they are an offset into the trial or a duration."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+
+import pytest
+from rich.console import Console
+
+from runner.progress import PlainProgress, RichProgress, clock, fit_widths
+
+LONG_ID = "startup_long_experiment_name.page_cache_warm_with_a_long_suffix.r12@gpu-node-with-a-long-hostname-01"
+LONG_HOST = "gpu-node-with-a-long-hostname-01"
+LONG_TASK = "Wait for the first token of the engine the launch file started [bold]not markup[/bold] " * 2
+
+
+def render(width: int, elapsed_s: float = 1234.5, phase_s: float = 4.2) -> list[str]:
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    progress = RichProgress(console=console)
+    progress.start(12, 0)
+    progress.stop()  # the live refresh is not under test: one render is
+    progress.trial_started(LONG_ID, LONG_HOST)
+    progress.trial_started("selftest.noop.r1@h", "h")
+    progress.phase(LONG_ID, "measure")
+    progress.task(LONG_ID, LONG_TASK)
+    running = progress.state.running[LONG_ID]
+    now = time.monotonic()
+    running.started, running.phase_started = now - elapsed_s, now - phase_s
+    console.print(progress._render())
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize("width", [120, 80])
+def test_elapsed_is_whole_at_common_widths(width: int) -> None:
+    lines = render(width)
+    assert all(len(line) <= width for line in lines)
+    header = next(line for line in lines if "elapsed" in line)
+    row = next(line for line in lines if "1/12" in line)
+    assert "20m 34s" in row  # 1234.5 s, whole
+    assert "measure for 4.2 s" in row  # the time in the phase, said to be a duration
+    assert header.index("elapsed") < row.index("20m 34s") + len("20m 34s")
+    other = next(line for line in lines if "2/12" in line)
+    assert "selftest.noop.r1@h" in other and "starting" in other
+
+
+def test_wide_console_shows_everything_and_no_markup_is_read_from_a_log_line() -> None:
+    lines = render(400)
+    row = next(line for line in lines if "1/12" in line)
+    assert LONG_ID in row and LONG_HOST in row and "[bold]not markup[/bold]" in row
+
+
+def test_fit_widths_never_shrinks_the_number_or_the_elapsed_time() -> None:
+    natural = {"#": 5, "trial": 100, "host": 40, "phase": 20, "elapsed": 7, "now": 90}
+    for width in (200, 120, 80, 60, 45):
+        widths = fit_widths(natural, width)
+        assert (widths["#"], widths["elapsed"]) == (5, 7)
+        assert sum(w + 2 for w in widths.values() if w > 0) <= width
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(4.24, "4.2 s"), (59.9, "59.9 s"), (61, "1m 01s"), (1234.5, "20m 34s"),
+                                               (3725, "1h 02m"), (-1, "0.0 s")])
+def test_clock(seconds: float, text: str) -> None:
+    assert clock(seconds) == text
+
+
+def test_plain_phase_line_says_offset_and_duration(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="runner.progress")
+    progress = PlainProgress()
+    progress.start(1, 0)
+    progress.trial_started("t", "h")
+    progress.phase("t", "prepare")
+    progress.state.running["t"].phase_started -= 3.0
+    progress.state.running["t"].started -= 4.0
+    progress.phase("t", "measure")
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("[1/1] t: phase prepare starts at ") and m.endswith(" s into the trial") for m in lines)
+    measure = next(m for m in lines if "phase measure" in m)
+    assert measure.removeprefix("[1/1] t: ") == "phase measure starts at 4.0 s into the trial (prepare took 3.0 s)"
