@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.errors import SpecError
 from runner.experiments import KINDS
 from runner.experiments.base import Resources, TrialContext
-from runner.spec import LoadedCampaign
+from runner.spec import MAX_TRIALS, LoadedCampaign
 
 __all__ = ["Plan", "Trial", "expand", "trial_id"]
 
@@ -24,7 +25,11 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.@-]+")
 
 
 def trial_id(experiment: str, mode: str, repeat: int, host: str) -> str:
-    return _UNSAFE.sub("_", f"{experiment}.{mode}.r{repeat}@{host}")
+    raw = f"{experiment}.{mode}.r{repeat}@{host}"
+    safe = _UNSAFE.sub("_", raw)
+    if safe != raw:  # two hosts differing only in replaced characters must not share a folder
+        safe += "-" + hashlib.sha256(host.encode()).hexdigest()[:6]
+    return safe
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,17 @@ class Plan:
                 "trials": [t.as_dict() for t in self.trials]}
 
 
+def _check_size(loaded: LoadedCampaign) -> None:
+    c = loaded.campaign
+    count = sum(len(modes) * (exp.repeats or c.defaults.repeats) * len(loaded.hosts)
+                for exp, modes in zip(c.experiments, loaded.modes, strict=True))
+    if count > MAX_TRIALS:
+        raise SpecError([f"{loaded.path}:1: the campaign expands to {count} trials: more than the "
+                         f"{MAX_TRIALS} one run may plan (modes x repeats x hosts); split it"])
+
+
 def expand(loaded: LoadedCampaign) -> Plan:
+    _check_size(loaded)
     c = loaded.campaign
     trials: list[Trial] = []
     for exp, modes in zip(c.experiments, loaded.modes, strict=True):
@@ -94,4 +109,8 @@ def expand(loaded: LoadedCampaign) -> Plan:
                         kind=exp.kind, mode=mode, repeat=repeat, params=params, engine=engine,
                         timeout_s=timeout, resources=kind.resources(ctx),
                     ))
+    ids = [t.id for t in trials]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise SpecError([f"{loaded.path}:1: two trials share the id {dup!r}: rename an experiment or host"])
     return Plan(campaign=c.name, trials=tuple(trials))

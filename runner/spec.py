@@ -6,25 +6,48 @@ Every problem becomes one line ``FILE:LINE: key.path: message``; all of them are
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner.errors import SpecError
 from runner.experiments import KINDS
+from runner.yaml_input import InputError, Loc, format_loc, line_for, read_yaml
 
 __all__ = ["Campaign", "Engine", "Experiment", "LoadedCampaign", "load_campaign"]
 
-Loc = tuple[str | int, ...]
 EngineArg = str | int | float | bool | None | list[str | int | float]
 
 
+# Bounds on what one campaign may ask for: a typo must not plan a billion trials.
+MAX_REPEATS = 1000
+MAX_TRIALS = 10_000
+MAX_TIMEOUT_S = 7 * 24 * 3600
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Keys and flags whose values are credentials: never written in a campaign file (it is copied into
+# every results folder and shared); engine.env_from_controller passes them instead.
+_SECRET_WORDS = {"SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "APIKEY"}
+_KEY_QUALIFIERS = {"API", "ACCESS", "PRIVATE", "SECRET", "AUTH", "SIGNING"}
+_SECRET_FLAGS = ("hf-token", "api-key")
+
+
+def is_secret_name(name: str) -> bool:
+    """HF_TOKEN, DB_PASS, OPENAI_API_KEY are credentials; STANDIN_KV_CAPACITY_TOKENS is not."""
+    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    if any(w == "KEY" and i > 0 and words[i - 1] in _KEY_QUALIFIERS for i, w in enumerate(words)):
+        return True
+    # HF_TOKEN, ACCESS_TOKEN; not BYTES_PER_TOKEN or MAX_TOKENS (token counts are everywhere here)
+    return bool(words) and words[-1] == "TOKEN" and (len(words) == 1 or words[-2] not in {"PER", "MAX", "MIN", "NUM"})
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Engine(_Strict):
@@ -47,7 +70,13 @@ class Engine(_Strict):
     port: int = Field(default=8000, ge=1, le=65535)
     gpus: list[int] = Field(default_factory=list, description="GPU indices the engine may use")
     args: dict[str, EngineArg] = Field(default_factory=dict, description="vllm serve flags as data")
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="environment of the engine (no secrets: "
+                                "see env_from_controller)")
+    env_from_controller: list[str] = Field(
+        default_factory=list, max_length=32,
+        description="names of variables whose values are taken from the controller's environment at run time "
+        "and passed to the engine as secrets: never written to plan.json, trial.json or any other artifact",
+    )
     cache_root: str = Field(default="/mnt/data/cache", description="persistent compile and JIT caches on the node")
     model_cache: str | None = Field(default=None, description="HF cache on the node (HF_HOME)")
     standin_model_mib: int = Field(default=256, gt=0, description="stand-in: size of the model it makes if missing")
@@ -69,6 +98,32 @@ class Engine(_Strict):
             raise ValueError("engine.venv and engine.python both name vLLM's Python: keep one")
         return self
 
+    @field_validator("env_from_controller")
+    @classmethod
+    def _env_names(cls, v: list[str]) -> list[str]:
+        bad = [n for n in v if not re.match(_ENV_NAME, n)]
+        if bad:
+            raise ValueError(f"not a variable name: {bad[0]!r}")
+        if len(set(v)) != len(v):
+            raise ValueError("a variable is named twice")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _no_secret_values(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.match(_ENV_NAME, key):
+                raise ValueError(f"not a variable name: {key!r}")
+            if is_secret_name(key):
+                raise ValueError(f"{key} looks like a credential: a campaign file is shared and copied into "
+                                 f"every results folder; list {key} in engine.env_from_controller instead")
+        return v
+
+    @field_validator("args")
+    @classmethod
+    def _no_secret_args(cls, v: dict[str, EngineArg]) -> dict[str, EngineArg]:
+        return _refuse_secret_flags(v)
+
     @field_validator("gpus")
     @classmethod
     def _gpus_unique(cls, v: list[int]) -> list[int]:
@@ -77,18 +132,32 @@ class Engine(_Strict):
         return v
 
 
+def _refuse_secret_flags(args: dict[str, EngineArg]) -> dict[str, EngineArg]:
+    for key in args:
+        flag = str(key).lstrip("-").replace("_", "-")
+        if flag in _SECRET_FLAGS:
+            raise ValueError(f"--{flag} takes a credential: a campaign file is shared; put its value in a "
+                             "variable named in engine.env_from_controller (vLLM reads HF_TOKEN / VLLM_API_KEY)")
+    return args
+
+
 class Defaults(_Strict):
-    repeats: int = Field(default=1, ge=1)
-    timeout_s: float = Field(default=1800, gt=0, description="per phase")
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
+    timeout_s: float = Field(default=1800, gt=0, le=MAX_TIMEOUT_S, description="per phase")
 
 
 class Experiment(_Strict):
     kind: str
-    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str | None = Field(default=None, pattern=_NAME, max_length=64)
     modes: dict[str, dict[str, Any] | None] | list[str] | None = None
-    repeats: int | None = Field(default=None, ge=1)
-    timeout_s: float | None = Field(default=None, gt=0)
+    repeats: int | None = Field(default=None, ge=1, le=MAX_REPEATS)
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
     engine_args: dict[str, EngineArg] = Field(default_factory=dict, description="merged over engine.args")
+
+    @field_validator("engine_args")
+    @classmethod
+    def _no_secret_args(cls, v: dict[str, EngineArg]) -> dict[str, EngineArg]:
+        return _refuse_secret_flags(v)
 
     @field_validator("kind")
     @classmethod
@@ -103,17 +172,30 @@ class Experiment(_Strict):
 
 
 class Campaign(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="names results/<name>/")
+    name: str = Field(pattern=_NAME, max_length=64, description="names results/<name>/")
     description: str = ""
     inventory: str = Field(min_length=1, description="inventory path, relative to the campaign file")
     hosts: str = Field(default="all", min_length=1, description="Ansible host pattern")
-    remote_dir: str = Field(default="/tmp/gpu-campaign", description="node-side work folder")
+    remote_dir: str = Field(default="/tmp/gpu-campaign", max_length=256,
+                            description="node-side work folder: an absolute path, not /")
     node_python: str | None = Field(
         default=None, description="python on the node with this repo's nodetools (default: the controller's, "
         "right for the local inventory; the bench_client role installs one on real nodes)")
     engine: Engine | None = None
     defaults: Defaults = Defaults()
-    experiments: list[Experiment] = Field(min_length=1)
+    experiments: list[Experiment] = Field(min_length=1, max_length=100)
+
+    @field_validator("remote_dir")
+    @classmethod
+    def _absolute_dir(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("must be an absolute path on the node (a relative one lands wherever Ansible runs)")
+        parts = [p for p in v.split("/") if p]
+        if not parts:
+            raise ValueError("must not be / (trial folders are emptied there)")
+        if any(p in (".", "..") for p in parts) or any(c in v for c in "\n\r\0"):
+            raise ValueError("must be a plain absolute path, without '.', '..' or control characters")
+        return "/" + "/".join(parts)
 
 
 @dataclass(frozen=True)
@@ -128,40 +210,7 @@ class LoadedCampaign:
     modes: tuple[dict[str, dict[str, Any]], ...]  # per experiment: mode -> validated params
 
 
-# --- YAML with line numbers -------------------------------------------------------------------
-
-
-def _line_map(node: yaml.Node, loc: Loc = (), out: dict[Loc, int] | None = None) -> dict[Loc, int]:
-    """Map each key path of a composed YAML document to its 1-based line."""
-    out = {} if out is None else out
-    out.setdefault(loc, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value
-            out[(*loc, key)] = key_node.start_mark.line + 1
-            _line_map(value_node, (*loc, key), out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out[(*loc, i)] = item.start_mark.line + 1
-            _line_map(item, (*loc, i), out)
-    return out
-
-
-def _line_for(lines: dict[Loc, int], loc: Loc) -> int:
-    for end in range(len(loc), -1, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return 1
-
-
-def _format_loc(loc: Iterable[str | int]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out or "(top)"
+# --- messages ------------------------------------------------------------------------------
 
 
 def _num(value: Any) -> str:
@@ -257,33 +306,57 @@ def _check_modes(data: dict[str, Any]) -> tuple[list[dict[str, dict[str, Any]]],
     return modes, errors
 
 
-def _resolve_hosts(inventory: Path, pattern: str) -> list[str]:
+_PATTERN_TERM = re.compile(r"^[!&]?(?:[A-Za-z0-9_.*?\-]+(?:\[-?\d+(?::-?\d*)?\])?)$")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9_.\-:\[\]%@]{1,200}$")
+
+
+def _pattern_problem(pattern: str) -> str:
+    """Ansible reads a malformed pattern ('[', 'all[') as 'all': check the grammar ourselves."""
+    terms = re.split(r"[,:](?![^\[]*\])", pattern)
+    for term in terms:
+        if term.lstrip("!&").startswith("~"):
+            try:
+                re.compile(term.lstrip("!&")[1:])
+            except re.error as exc:
+                return f"host pattern term {term!r}: not a valid regular expression ({exc})"
+        elif not _PATTERN_TERM.match(term):
+            return (f"host pattern term {term!r} is malformed (names, globs, ~regex, group[0] or group[0:2], "
+                    "joined by ',' or ':', each may start with ! or &)")
+    return ""
+
+
+def _resolve_hosts(inventory: Path, pattern: str) -> tuple[list[str], str]:
+    """The hosts the pattern matches, or why the inventory or pattern is refused."""
+    problem = _pattern_problem(pattern)
+    if problem:
+        return [], problem
+    if not inventory.is_dir() and not inventory.is_file():
+        return [], f"inventory {inventory} is neither a file nor a folder"
+    if inventory.is_file() and inventory.stat().st_size > 4 * 1024 * 1024:
+        return [], f"inventory {inventory} is larger than 4 MiB: is it an Ansible inventory?"
     from runner.inventory import Inventory  # ansible import costs ~0.3 s: only when needed
 
-    return Inventory(inventory).hosts(pattern)
+    hosts = Inventory(inventory).hosts(pattern)
+    odd = [h for h in hosts if not _HOST_NAME.match(h)]
+    if odd:
+        return [], (f"inventory {inventory} gives host {odd[0][:60]!r}, which is not a host name: "
+                    "is it an Ansible inventory?")
+    return hosts, ""
 
 
 def load_campaign(path: Path, *, check_hosts: bool = True) -> LoadedCampaign:
     """Read, validate and resolve a campaign file, or raise ``SpecError`` with every problem."""
     name = str(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError([f"{name}: cannot read campaign file: {exc.strerror}"]) from exc
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        raise SpecError([f"{name}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from exc
-    if not isinstance(data, dict) or node is None:
+        text, data, lines = read_yaml(path)
+    except InputError as exc:
+        raise SpecError([f"{name}:{exc.line}: {exc.message}"]) from exc
+    if not isinstance(data, dict):
         raise SpecError([f"{name}:1: a campaign must be a YAML mapping"])
-    lines = _line_map(node)
 
     def fail(errors: list[tuple[Loc, str]]) -> SpecError:
-        errors = sorted(errors, key=lambda e: _line_for(lines, e[0]))
-        return SpecError([f"{name}:{_line_for(lines, loc)}: {_format_loc(loc)}: {msg}" for loc, msg in errors])
+        errors = sorted(errors, key=lambda e: line_for(lines, e[0]))
+        return SpecError([f"{name}:{line_for(lines, loc)}: {format_loc(loc)}: {msg}" for loc, msg in errors])
 
     modes, errors = _check_modes(data)
     try:
@@ -304,8 +377,10 @@ def load_campaign(path: Path, *, check_hosts: bool = True) -> LoadedCampaign:
     if not inventory.exists():
         errors.append((("inventory",), f"inventory {inventory} does not exist"))
     elif check_hosts:
-        hosts = _resolve_hosts(inventory, campaign.hosts)
-        if not hosts:
+        hosts, problem = _resolve_hosts(inventory, campaign.hosts)
+        if problem:
+            errors.append((("hosts",) if problem.startswith("host pattern") else ("inventory",), problem))
+        elif not hosts:
             errors.append((("hosts",), f"host pattern {campaign.hosts!r} matches no host in {inventory}"))
     if errors:
         raise fail(errors)

@@ -21,7 +21,7 @@ __all__ = ["ExperimentKind", "KindReport", "ModeParams", "Phase", "Resources", "
 class ModeParams(BaseModel):
     """Base of every mode's parameter model: unknown keys are errors, values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ _COMMON_ARGS = {"enable-prompt-tokens-details": True}  # usage.prompt_tokens_det
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class WorkloadParams(_Strict):

@@ -52,4 +52,11 @@ def test_definition_hash_changes_with_what_the_trial_does(write_campaign: Callab
 
 
 def test_trial_ids_are_filename_safe() -> None:
-    assert trial_id("start up", "a/b", 3, "node:1") == "start_up.a_b.r3@node_1"
+    made_safe = trial_id("start up", "a/b", 3, "node:1")
+    assert made_safe.startswith("start_up.a_b.r3@node_1-") and "/" not in made_safe
+    assert trial_id("s", "m", 1, "node-1.example") == "s.m.r1@node-1.example"  # unchanged when safe
+
+
+def test_hosts_differing_only_in_replaced_characters_get_distinct_ids() -> None:
+    # Before: a_b and a~b both became ...@a_b and one trial's results overwrote the other's.
+    assert trial_id("s", "m", 1, "a_b") != trial_id("s", "m", 1, "a~b")

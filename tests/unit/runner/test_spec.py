@@ -107,4 +107,4 @@ def test_not_yaml_and_not_a_mapping(write_campaign: Callable[[str], Path]) -> No
 
 def test_unreadable_file(tmp_path: Path) -> None:
     (line,) = errors_of(tmp_path / "absent.yaml")
-    assert line.startswith(f"{tmp_path / 'absent.yaml'}: cannot read campaign file")
+    assert line == f"{tmp_path / 'absent.yaml'}:1: cannot read: No such file or directory"

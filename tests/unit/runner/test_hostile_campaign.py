@@ -1,0 +1,163 @@
+"""Hostile or broken campaign files: each is refused in one line (FILE:LINE: key: message), fast,
+with bounded memory; none reaches a traceback."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from runner.errors import SpecError
+from runner.plan import expand
+from runner.spec import load_campaign
+
+GOOD = """\
+name: demo
+inventory: inventory
+experiments:
+  - kind: selftest
+    modes: [noop]
+"""
+
+
+def error_of(path: Path) -> str:
+    with pytest.raises(SpecError) as info:
+        load_campaign(path)
+    assert len(info.value.lines) >= 1
+    return info.value.lines[0]
+
+
+def test_alias_bomb_is_refused_quickly(write_campaign: Callable[[str], Path]) -> None:
+    # 9 levels of 9 aliases: ~387 million values when expanded (this took 30-55 s and GBs, then MemoryError).
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for i in range(1, 10):
+        refs = ", ".join([f"*a{i - 1}"] * 9)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    path = write_campaign(GOOD.replace("name: demo\n", "name: demo\ndescription:\n  " + "\n  ".join(lines) + "\n"))
+    started = time.monotonic()
+    line = error_of(path)
+    assert time.monotonic() - started < 2
+    assert "expands to more than 100000 values" in line and line.startswith(f"{path}:")
+
+
+def test_a_few_aliases_still_work(write_campaign: Callable[[str], Path]) -> None:
+    text = GOOD.replace("experiments:\n", "x-args: &args {max-model-len: 4096}\nexperiments:\n")
+    path = write_campaign(text.replace("x-args", "description").replace("{max-model-len: 4096}", "'ok'"))
+    assert load_campaign(path).campaign.description == "ok"
+
+
+@pytest.mark.parametrize("depth", [40, 5000])
+def test_deep_nesting_is_one_line(write_campaign: Callable[[str], Path], depth: int) -> None:
+    path = write_campaign(GOOD + "defaults: " + "[" * depth + "]" * depth + "\n")
+    assert "nests deeper than 32 levels" in error_of(path)
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (GOOD.encode("utf-16"), "is UTF-16 text"),
+    (b"name: d\xe9mo\n", "is not UTF-8 text (byte 0xe9)"),
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00", "holds a NUL byte"),
+])
+def test_text_that_is_not_utf8_is_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(content)
+    assert expected in error_of(path)
+
+
+def test_fifo_and_devices_are_never_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    assert error_of(fifo) == f"{fifo}:1: is not a regular file (a FIFO, socket or device is never read)"
+    assert "is not a regular file" in error_of(Path("/dev/zero"))
+
+
+def test_oversized_file_is_refused_before_reading(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text(GOOD + "#" * (1024 * 1024) + "\n")
+    assert "larger than the 1048576-byte limit" in error_of(path)
+
+
+def test_duplicate_keys_are_errors_not_last_wins(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD + "name: other\n")
+    assert error_of(path) == f"{path}:6: key 'name' is given twice (also line 1)"
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "1e400"])
+def test_non_finite_numbers_are_refused(write_campaign: Callable[[str], Path], value: str) -> None:
+    path = write_campaign(GOOD + f"defaults: {{timeout_s: {value}}}\n")
+    line = error_of(path)
+    assert line.startswith(f"{path}:6: ")
+    assert "finite" in line
+
+
+def test_repeats_and_timeout_are_bounded(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD + "defaults: {repeats: 100000000, timeout_s: 1e9}\n")
+    with pytest.raises(SpecError) as info:
+        load_campaign(path)
+    assert f"{path}:6: defaults.repeats: must be <= 1000" in info.value.lines
+    assert f"{path}:6: defaults.timeout_s: must be <= 604800" in info.value.lines
+
+
+def test_trial_count_is_capped(write_campaign: Callable[[str], Path]) -> None:
+    exps = "".join(f"  - {{kind: selftest, name: e{i}, modes: [noop, sleep], repeats: 1000}}\n" for i in range(6))
+    path = write_campaign(GOOD.split("experiments:", maxsplit=1)[0] + "experiments:\n" + exps)
+    started = time.monotonic()
+    with pytest.raises(SpecError) as info:
+        expand(load_campaign(path))
+    assert time.monotonic() - started < 5
+    assert "expands to 12000 trials" in info.value.lines[0]
+
+
+def test_long_name_is_a_validation_error_not_enametoolong(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD.replace("name: demo", "name: " + "a" * 5000))
+    assert error_of(path) == f"{path}:1: name: String should have at most 64 characters"
+
+
+@pytest.mark.parametrize(("remote_dir", "expected"), [
+    ("''", "must be an absolute path"),
+    ("work", "must be an absolute path"),
+    ("/", "must not be /"),
+    ("/tmp/../etc", "without '.', '..'"),
+])
+def test_remote_dir_must_be_a_plain_absolute_path(write_campaign: Callable[[str], Path], remote_dir: str,
+                                                  expected: str) -> None:
+    path = write_campaign(GOOD + f"remote_dir: {remote_dir}\n")
+    assert expected in error_of(path)
+
+
+def test_inventory_that_is_not_one_is_refused(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD.replace("inventory: inventory", "inventory: /etc/passwd"))
+    line = error_of(path)
+    assert line.startswith(f"{path}:2: inventory: inventory /etc/passwd gives host 'root:x:0:0")
+    assert "is it an Ansible inventory?" in line
+
+
+@pytest.mark.parametrize("pattern", ["'['", "'all['", "'web[0'", "'~('", "'!'"])
+def test_malformed_host_pattern_matches_nothing_instead_of_everything(write_campaign: Callable[[str], Path],
+                                                                       pattern: str) -> None:
+    path = write_campaign(GOOD + f"hosts: {pattern}\n")
+    assert error_of(path).startswith(f"{path}:6: hosts: host pattern term")
+
+
+def test_integer_key_is_reported_at_its_own_line(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD + "engine:\n  model: m\n  env:\n    1: x\n")
+    assert error_of(path).startswith(f"{path}:9: engine.env")
+
+
+@pytest.mark.parametrize(("block", "where"), [
+    ("  env: {HF_TOKEN: hf_planted}\n", "engine.env: HF_TOKEN looks like a credential"),
+    ("  env: {DB_PASS: hunter2}\n", "engine.env: DB_PASS looks like a credential"),
+    ("  args: {hf-token: hf_planted}\n", "engine.args: --hf-token takes a credential"),
+])
+def test_literal_credentials_are_refused(write_campaign: Callable[[str], Path], block: str, where: str) -> None:
+    path = write_campaign(GOOD + "engine:\n  model: m\n" + block)
+    assert where in error_of(path)
+
+
+def test_token_counts_are_not_credentials(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD + "engine:\n  model: m\n  env: {STANDIN_OFFLOAD_BYTES_PER_TOKEN: '2', MAX_TOKENS: '8'}\n"
+                          "  env_from_controller: [HF_TOKEN]\n")
+    engine = load_campaign(path).campaign.engine
+    assert engine is not None and engine.env_from_controller == ["HF_TOKEN"]
