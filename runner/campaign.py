@@ -8,7 +8,9 @@ trials are recorded as ``interrupted`` and the next run picks them up.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.errors import ResultsWriteError
 from runner.execute import PhaseResult, run_phase
 from runner.experiments import KINDS
 from runner.experiments.base import Phase, TrialContext
@@ -25,18 +28,24 @@ from runner.livelog import LogFollower
 from runner.plan import Plan, Trial
 from runner.progress import Progress
 from runner.provenance import REPO_ROOT, git_state, inventory_digest, tool_versions
+from runner.secrets import Secrets
 from runner.spec import LoadedCampaign
 from runner.store import ResultsStore
+from runner.supervise import lease_id, reap, results_id
 
 __all__ = ["CampaignOutcome", "run_campaign"]
 
 logger = logging.getLogger(__name__)
+
+PROBE_PLAYBOOK = "playbooks/experiments/probe.yml"
+PROBE_TIMEOUT_S = 30
 
 
 @dataclass
 class CampaignOutcome:
     counts: dict[str, int] = field(default_factory=dict)  # status -> trials, this run and kept
     interrupted: bool = False
+    stopped: str = ""  # why the run stopped early (the results folder refused a write)
 
     @property
     def failed(self) -> int:
@@ -51,6 +60,9 @@ class _Ctx:
     stop: threading.Event
     follow: bool
     inventory: Inventory | None
+    secrets: Secrets = field(default_factory=Secrets)
+    dead_hosts: dict[str, str] = field(default_factory=dict)  # host -> why it is no longer tried
+    stopped: list[str] = field(default_factory=list)
 
 
 def _remote_dir(loaded: LoadedCampaign, host: str, leaf: str) -> str:
@@ -74,6 +86,7 @@ def _extravars(ctx: _Ctx, trial: Trial, trial_dir: Path) -> dict[str, Any]:
         "exp_repo_dir": str(REPO_ROOT),
         "exp_node_python": ctx.loaded.campaign.node_python or "",
         "exp_timeout_s": trial.timeout_s,
+        "exp_secret_names": sorted(ctx.secrets.values),  # names only: values travel in the environment
     }
 
 
@@ -87,7 +100,7 @@ def _preflight(ctx: _Ctx, host: str) -> tuple[dict[str, Any] | None, str]:
         private_data_dir=host_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=host,
         extravars={"exp_facts_dest": str(dest), "exp_results_dir": str(host_dir),
                    "exp_remote_dir": _remote_dir(ctx.loaded, host, "preflight")},
-        timeout_s=300, cancel=ctx.stop,
+        timeout_s=300, cancel=ctx.stop, lease=lease_id(ctx.store.root, f"preflight@{host}"),
     )
     if not result.ok:
         reason = result.failures[0].one_line() if result.failures else result.status
@@ -110,7 +123,7 @@ def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path,
             phase=phase.name, playbook=REPO_ROOT / phase.playbook, project_dir=REPO_ROOT,
             private_data_dir=trial_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=trial.host,
             extravars=extravars, timeout_s=trial.timeout_s, cancel=ctx.stop,
-            on_task=lambda task: ctx.progress.task(trial.id, task),
+            lease=lease_id(ctx.store.root, trial.id), on_task=lambda task: ctx.progress.task(trial.id, task),
         )
     finally:
         if follower is not None:
@@ -138,7 +151,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     extravars = _extravars(ctx, trial, trial_dir)
     (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
     failures = []
-    canceled = False
+    canceled = lost = False
     if preflight_error:
         failures.append(preflight_error)
     for phase in kind.phases if not preflight_error else ():
@@ -150,6 +163,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
         canceled = canceled or result.status == "canceled"
         if not result.ok and not canceled:
             failures.append(result.failures[0].one_line() if result.failures else result.status)
+            lost = lost or any(f.kind in ("unreachable", "timeout") for f in result.failures)
     skip = _skip_reason(trial_dir)
     trial_ctx = TrialContext(trial.mode, trial.params, trial.engine or {}, trial_dir, trial.host)
     if canceled:
@@ -175,20 +189,54 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     record.update(status=status, reason=reason, ended=time.time())
     record["duration_s"] = round(record["ended"] - record["started"], 3)
     ctx.store.save_trial(trial.id, record)
+    ctx.secrets.scrub_tree(trial_dir)
     ctx.progress.trial_finished(trial.id, status, reason, record["duration_s"])
+    if lost and not canceled and not _answers(ctx, trial.host):
+        ctx.dead_hosts[trial.host] = f"host {trial.host} stopped answering during {trial.id} ({reason})"
     return status
+
+
+def _answers(ctx: _Ctx, host: str) -> bool:
+    """After an unreachable host or a phase timeout: does the host still answer, within seconds?
+    A frozen sshd or a dead node must not make every remaining trial wait its whole timeout."""
+    result = run_phase(
+        phase="probe", playbook=REPO_ROOT / PROBE_PLAYBOOK, project_dir=REPO_ROOT,
+        private_data_dir=ctx.store.root / "hosts" / host / "probe", inventory=ctx.loaded.inventory_path,
+        limit=host, extravars={}, timeout_s=PROBE_TIMEOUT_S, cancel=ctx.stop,
+        lease=lease_id(ctx.store.root, f"probe@{host}"),
+    )
+    return result.ok
+
+
+def _record_not_tried(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, reason: str) -> str:
+    now = time.time()
+    ctx.store.begin_trial(trial.id)
+    ctx.store.save_trial(trial.id, {
+        **trial.as_dict(), "status": "failed", "reason": f"not tried: {reason}", "phases": [], "metrics": {},
+        "engine_label": (trial.engine or {}).get("kind", "none"), "host_facts": facts,
+        "started": now, "ended": now, "duration_s": 0.0,
+    })
+    ctx.progress.trial_finished(trial.id, "failed", f"not tried: {reason}", 0.0)
+    return "failed"
 
 
 def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     counts: dict[str, int] = {}
     if ctx.stop.is_set():
         return counts
-    facts, preflight_error = _preflight(ctx, host)
-    for trial in trials:
-        if ctx.stop.is_set():
-            break
-        status = _run_trial(ctx, trial, facts, preflight_error)
-        counts[status] = counts.get(status, 0) + 1
+    try:
+        facts, preflight_error = _preflight(ctx, host)
+        for trial in trials:
+            if ctx.stop.is_set():
+                break
+            if host in ctx.dead_hosts:
+                status = _record_not_tried(ctx, trial, facts, ctx.dead_hosts[host])
+            else:
+                status = _run_trial(ctx, trial, facts, preflight_error)
+            counts[status] = counts.get(status, 0) + 1
+    except ResultsWriteError as exc:  # a full disk stops the run; every file already written is whole
+        ctx.stopped.append(str(exc))
+        ctx.stop.set()
     return counts
 
 
@@ -207,8 +255,16 @@ def _freeze(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, argv: list[
 
 def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progress: Progress, *,
                  retry_failed: bool = False, parallel: int = 8, follow: bool = True,
-                 argv: list[str] | None = None) -> CampaignOutcome:
-    run_info = _freeze(loaded, plan, store, argv or [])
+                 argv: list[str] | None = None, secrets: Secrets | None = None) -> CampaignOutcome:
+    """Run what the plan still needs. The caller holds the results folder's lock."""
+    orphans = reap(results_id(store.root) + ":")
+    if orphans:
+        progress.note(f"stopped {len(orphans)} process(es) an earlier, killed run of this folder left behind")
+    secrets = secrets or Secrets()
+    try:
+        run_info = _freeze(loaded, plan, store, argv or [])
+    except ResultsWriteError as exc:
+        return CampaignOutcome(stopped=str(exc))
     todo: dict[str, list[Trial]] = {}
     outcome = CampaignOutcome()
     kept = 0
@@ -222,7 +278,8 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
             status = (store.load_trial(trial.id) or {}).get("status", "?")
             outcome.counts[status] = outcome.counts.get(status, 0) + 1
     stop = threading.Event()
-    ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory_path) if follow else None)
+    ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory_path) if follow else None,
+               secrets)
     progress.start(sum(len(t) for t in todo.values()), kept)
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="host")
     futures: set[Future[dict[str, int]]] = {pool.submit(_host_worker, ctx, h, ts) for h, ts in todo.items()}
@@ -242,6 +299,10 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
     finally:
         pool.shutdown(wait=True)
         progress.stop()
-        run_info["runs"][-1].update(ended=time.time(), counts=outcome.counts, interrupted=outcome.interrupted)
-        store.write_json("run.json", run_info)
+        reap(f"{results_id(store.root)}:{os.getpid()}:")  # nothing of this run outlives it
+        outcome.stopped = "; ".join(ctx.stopped)
+        run_info["runs"][-1].update(ended=time.time(), counts=outcome.counts, interrupted=outcome.interrupted,
+                                    stopped=outcome.stopped)
+        with contextlib.suppress(ResultsWriteError):  # the disk may still be full: the reason is printed
+            store.write_json("run.json", run_info)
     return outcome

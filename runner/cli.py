@@ -1,7 +1,9 @@
 """``python -m runner``: run a campaign, show its plan, rebuild a report, parse a vLLM log.
 
 Exit codes: 0 every trial ok or skipped by design; 1 some trial failed; 2 bad input (nothing on
-any node touched); 130 interrupted (finished trials kept; run the same command again to resume).
+any node touched); 4 the results folder is held by another run or refused a write (disk full: the
+run stopped, what it wrote is whole); 130 interrupted (finished trials kept; run the same command
+again to resume).
 """
 
 from __future__ import annotations
@@ -13,12 +15,19 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from runner.errors import RunnerError, SpecError
+from runner.errors import ResultsLockedError, ResultsWriteError, RunnerError, SpecError
+from runner.results_lock import ResultsLock
+from runner.secrets import Secrets
+
+if TYPE_CHECKING:
+    from runner.plan import Plan
+    from runner.spec import LoadedCampaign
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_RESULTS, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
 SUBCOMMANDS = ("run", "report", "parse-log")
 
 logger = logging.getLogger("runner")
@@ -67,12 +76,8 @@ def _print_plan(plan_dict: dict[str, object], as_json: bool) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    from runner.campaign import run_campaign
     from runner.plan import expand
-    from runner.progress import PlainProgress, Progress, QuietProgress, RichProgress
-    from runner.report import build_report
     from runner.spec import load_campaign
-    from runner.store import ResultsStore
 
     loaded = load_campaign(args.campaign)
     plan = expand(loaded)
@@ -81,8 +86,28 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         return EXIT_OK
     if args.parallel < 1:
         raise SpecError([f"--parallel: must be >= 1, got {args.parallel}"])
+    engine = loaded.campaign.engine
+    secrets = Secrets.from_environment(engine.env_from_controller if engine else [], str(loaded.path))
     root = args.results or Path("results") / loaded.campaign.name
-    store = ResultsStore.open(root, fresh=args.fresh)
+    lock = ResultsLock(root)
+    lock.acquire(argv)
+    try:
+        return _run_locked(args, argv, loaded, plan, root, secrets)
+    finally:
+        lock.release()
+
+
+def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaign, plan: Plan, root: Path,
+                secrets: Secrets) -> int:
+    from runner.campaign import run_campaign
+    from runner.progress import PlainProgress, Progress, QuietProgress, RichProgress
+    from runner.report import build_report
+    from runner.store import ResultsStore
+
+    try:
+        store = ResultsStore.open(root, fresh=args.fresh)
+    except OSError as exc:
+        raise ResultsWriteError(root, exc) from exc
     progress: Progress
     if args.quiet:
         progress = QuietProgress()
@@ -91,10 +116,18 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     else:
         progress = RichProgress()
     outcome = run_campaign(loaded, plan, store, progress, retry_failed=args.retry_failed,
-                           parallel=args.parallel, follow=not args.no_follow, argv=argv)
-    csv_path, md_path = build_report(root)
+                           parallel=args.parallel, follow=not args.no_follow, argv=argv, secrets=secrets)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing to do"
-    print(f"{loaded.campaign.name}: {counts}; results in {root} ({csv_path.name}, {md_path.name})")
+    try:
+        csv_path, md_path = build_report(root)
+        written = f"({csv_path.name}, {md_path.name})"
+    except (ResultsWriteError, OSError) as exc:
+        written = f"(no report: {exc})"
+    print(f"{loaded.campaign.name}: {counts}; results in {root} {written}")
+    if outcome.stopped:
+        print(f"error: stopped early: {outcome.stopped}; every file already written is whole, and the same "
+              "command resumes once there is room", file=sys.stderr)
+        return EXIT_RESULTS
     if outcome.interrupted:
         print("interrupted: run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -153,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in exc.lines:
             print(line, file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (ResultsLockedError, ResultsWriteError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_RESULTS
     except RunnerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ParseError", "RunnerError", "SpecError"]
+__all__ = ["ParseError", "ResultsLockedError", "ResultsWriteError", "RunnerError", "SpecError"]
 
 
 class RunnerError(Exception):
@@ -24,3 +24,17 @@ class ParseError(RunnerError):
         self.path = path
         self.reason = reason
         super().__init__(f"{path}: {reason}")
+
+
+class ResultsWriteError(RunnerError):
+    """The results folder refused a write (full disk, quota, read-only): the run stops; what was
+    written before stays valid (every write is atomic)."""
+
+    def __init__(self, path: object, exc: OSError) -> None:
+        self.path = str(path)
+        self.strerror = exc.strerror or str(exc)
+        super().__init__(f"cannot write {self.path}: {self.strerror}")
+
+
+class ResultsLockedError(RunnerError):
+    """Another run holds the results folder."""

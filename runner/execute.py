@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import ansible_runner
+import yaml
+
+from runner.supervise import LEASE_VARIABLE, reap
 
 __all__ = ["Failure", "PhaseResult", "run_phase"]
 
 logger = logging.getLogger(__name__)
 
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,13 @@ def _message_of(res: dict[str, Any]) -> tuple[str, int | None]:
     return (msg or "no message"), (rc if isinstance(rc, int) else None)
 
 
+# Environment variables whose values may stay in the ``command`` artifact; every other value is
+# replaced (a controller's DB_PASS or CI token must not land in a results folder).
+_ENV_KEPT = ("PATH", "PYTHONPATH", "HOME", "USER", "LANG", "LC_ALL", "PWD", "SHELL", "TERM", LEASE_VARIABLE)
+
+
 def _scrub_command_artifact(artifact_dir: Path) -> None:
-    """ansible-runner dumps the whole environment into ``command``; keep no secrets on disk."""
+    """ansible-runner dumps the whole environment into ``command``: keep names, drop values."""
     path = artifact_dir / "command"
     try:
         data = json.loads(path.read_text())
@@ -91,18 +98,52 @@ def _scrub_command_artifact(artifact_dir: Path) -> None:
         return
     env = data.get("env")
     if isinstance(env, dict):
-        data["env"] = {k: ("***" if any(w in k.upper() for w in _SECRET_WORDS) else v) for k, v in env.items()}
+        data["env"] = {k: (v if k in _ENV_KEPT or k.startswith("ANSIBLE_") else "***") for k, v in env.items()}
         path.write_text(json.dumps(data))
 
 
-def _envvars(project_dir: Path) -> dict[str, str]:
+class _UnsafeDumper(yaml.SafeDumper):
+    """Every string as ``!unsafe``: Ansible never templates a value that came from a campaign file."""
+
+
+def _unsafe_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "{" not in value and "%" not in value:  # nothing Jinja could start with: plain (Ansible
+        return dumper.represent_str(value)       # reads an empty !unsafe scalar as null)
+    return dumper.represent_scalar("!unsafe", value, style="'")
+
+
+def _plain_keys(dumper: yaml.SafeDumper, value: dict[Any, Any]) -> yaml.MappingNode:
+    # Keys are never templated; the values under them are tagged one by one.
+    pairs = [(dumper.represent_str(k) if isinstance(k, str) else dumper.represent_data(k), dumper.represent_data(v))
+             for k, v in value.items()]
+    return yaml.MappingNode("tag:yaml.org,2002:map", pairs)
+
+
+_UnsafeDumper.add_representer(str, _unsafe_str)
+_UnsafeDumper.add_representer(dict, _plain_keys)
+
+
+def write_extravars(private_data_dir: Path, extravars: dict[str, Any]) -> Path:
+    """Extra vars go to ``env/extravars`` (ansible-runner passes ``-e @file``), never on a command
+    line that ``ps`` shows, each string tagged ``!unsafe`` so a ``{{ lookup('pipe', ...) }}`` in a
+    campaign arrives as text and is never run."""
+    path = private_data_dir / "env" / "extravars"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        yaml.dump(extravars, fh, Dumper=_UnsafeDumper, default_flow_style=False, sort_keys=True)
+    return path
+
+
+def _envvars(project_dir: Path, lease: str = "") -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
     # Node-side programs (python -m nodetools.*) on a local connection import this checkout even
     # where it is not pip-installed (the borrowed H200 runs the runner from a copied tree).
     pythonpath = [str(project_dir), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
     return {"PATH": path if path.split(os.pathsep)[:1] == [bindir] else f"{bindir}{os.pathsep}{path}",
-            "PYTHONPATH": os.pathsep.join(dict.fromkeys(pythonpath))}
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(pythonpath)),
+            LEASE_VARIABLE: lease}
 
 
 def run_phase(
@@ -116,10 +157,15 @@ def run_phase(
     extravars: dict[str, Any],
     timeout_s: float,
     cancel: threading.Event,
+    lease: str = "",
     on_task: Callable[[str], None] | None = None,
 ) -> PhaseResult:
-    """Run ``playbook`` against ``limit``; every outcome comes back as a ``PhaseResult``."""
+    """Run ``playbook`` against ``limit``; every outcome comes back as a ``PhaseResult``.
+
+    ``lease`` marks every process of the run (ansible-playbook, its forked workers, which leave its
+    process group, and what they start on a local connection), so ``supervise.reap`` finds them."""
     private_data_dir.mkdir(parents=True, exist_ok=True)
+    write_extravars(private_data_dir, extravars)
     failures: list[Failure] = []
 
     def on_event(event: dict[str, Any]) -> bool:
@@ -144,9 +190,8 @@ def run_phase(
             playbook=str(playbook),
             inventory=str(inventory),
             limit=limit,
-            extravars=extravars,
             ident=phase,
-            envvars=_envvars(project_dir),
+            envvars=_envvars(project_dir, lease),
             quiet=True,
             timeout=max(1, round(timeout_s)),
             event_handler=on_event,
@@ -157,6 +202,10 @@ def run_phase(
         return PhaseResult(phase, "failed", None, started, time.time(), "",
                            [Failure("error", phase, limit, "", f"ansible-runner: {exc}")])
     ended = time.time()
+    if lease and str(r.status) in ("timeout", "canceled", "failed"):
+        # ansible-runner kills ansible-playbook's process group, but its workers called setsid:
+        # without this their task (and what it started) runs on, orphaned, for the task's length.
+        reap(lease, exact=True)
     artifact_dir = Path(r.config.artifact_dir)
     _scrub_command_artifact(artifact_dir)
     status = str(r.status)

@@ -6,6 +6,7 @@ Only reads; Ansible (through ``execute``) stays the only thing that changes a no
 from __future__ import annotations
 
 import getpass
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ class Connection:
     port: int
     user: str
     key_file: str | None
+    ssh_args: tuple[str, ...] = ()  # the inventory's ssh common/extra args, and Ansible's host-key setting
 
 
 class Inventory:
@@ -48,6 +50,10 @@ class Inventory:
         v = self.host_vars(name)
         kind = str(v.get("ansible_connection", "ssh"))
         key = v.get("ansible_ssh_private_key_file") or v.get("ansible_private_key_file")
+        args = [*shlex.split(str(v.get("ansible_ssh_common_args") or "")),
+                *shlex.split(str(v.get("ansible_ssh_extra_args") or ""))]
+        if not _host_key_checking(v):
+            args += ["-o", "StrictHostKeyChecking=no"]  # what Ansible itself does with this setting
         return Connection(
             host=name,
             kind="local" if kind == "local" else "ssh",
@@ -55,4 +61,14 @@ class Inventory:
             port=int(v.get("ansible_port", 22)),
             user=str(v.get("ansible_user", getpass.getuser())),
             key_file=str(key) if key else None,
+            ssh_args=tuple(args),
         )
+
+
+def _host_key_checking(host_vars: dict[str, Any]) -> bool:
+    from ansible import constants
+
+    value = host_vars.get("ansible_host_key_checking", host_vars.get("ansible_ssh_host_key_checking"))
+    if value is None:
+        return bool(constants.HOST_KEY_CHECKING)
+    return str(value).lower() not in ("false", "no", "0", "off")

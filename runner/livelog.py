@@ -1,13 +1,16 @@
 """Follow a node-side log while a phase runs, so the display shows "Loading weights…" live.
 
-Display only: it reads a file (locally, or with ``tail -F`` over SSH through paramiko with the
-inventory's credentials) and never changes a node; any error just ends the following.
+Display only: it reads a file (locally, or with ``tail -F`` through OpenSSH with the inventory's
+connection settings and host-key rules) and never changes a node; any error just ends the following.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import select
 import shlex
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -69,23 +72,34 @@ class LogFollower(threading.Thread):
             buffer = self._emit(buffer + data.decode(errors="replace"))
 
     def _follow_ssh(self) -> None:
-        import paramiko
-
-        client = paramiko.SSHClient()
-        # Read-only tail of a log for display; the inventory's own host-key policy governs Ansible.
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        client.connect(self.conn.address, port=self.conn.port, username=self.conn.user,
-                       key_filename=self.conn.key_file, look_for_keys=self.conn.key_file is None,
-                       allow_agent=self.conn.key_file is None, timeout=10)
+        # OpenSSH with the inventory's own settings (user, port, key, ssh args, known_hosts, proxy):
+        # the same trust rules as Ansible, and BatchMode so an unknown host key is refused, never
+        # accepted or asked about.
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10",
+                "-p", str(self.conn.port), "-l", self.conn.user]
+        if self.conn.key_file:
+            argv += ["-i", self.conn.key_file]
+        argv += [*self.conn.ssh_args, self.conn.address,
+                 f"tail -n 0 -F {shlex.quote(self.path)} 2>/dev/null"]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        buffer = ""
         try:
-            _, stdout, _ = client.exec_command(f"tail -n 0 -F {shlex.quote(self.path)} 2>/dev/null")
-            channel = stdout.channel
-            buffer = ""
-            while not self._stop_event.is_set() and not channel.exit_status_ready():
-                if channel.recv_ready():
-                    buffer = self._emit(buffer + channel.recv(65536).decode(errors="replace"))
-                else:
-                    self._stop_event.wait(self.poll_s)
-            channel.close()
+            while not self._stop_event.is_set() and proc.poll() is None:
+                ready, _, _ = select.select([proc.stdout], [], [], self.poll_s)
+                if ready:
+                    data = os.read(proc.stdout.fileno(), 65536)
+                    if not data:
+                        break
+                    buffer = self._emit(buffer + data.decode(errors="replace"))
+            if proc.poll() is not None and proc.returncode:
+                err = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace").strip()
+                logger.debug("following %s on %s ended: %s", self.path, self.conn.host, err.splitlines()[-1:] or "")
         finally:
-            client.close()
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

@@ -1,6 +1,6 @@
 """The results folder of one campaign: atomic writes, resume decisions, nothing ever lost.
 
-Layout (``DESIGN.md`` §3)::
+Layout (docs/campaign.md, "The results folder")::
 
     <root>/campaign.yaml  plan.json  run.json
     <root>/hosts/<host>/facts.json
@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from runner.errors import ResultsWriteError
 from runner.plan import Trial
 
 __all__ = ["STATUSES", "ResultsStore", "atomic_write_text"]
@@ -31,16 +32,35 @@ __all__ = ["STATUSES", "ResultsStore", "atomic_write_text"]
 STATUSES = ("ok", "failed", "skipped", "interrupted")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _umask() -> int:
+    # /proc/self/status reads it without changing it (os.umask(0) would, for every thread at once).
     try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over ``path``: a reader
+    (or a full disk) never sees half a file. Raises ``ResultsWriteError`` when the disk refuses."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise ResultsWriteError(path, exc) from exc
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # what open() would give: results are shared, not 0600
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         Path(tmp).replace(path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ResultsWriteError(path, exc) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

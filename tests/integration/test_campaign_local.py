@@ -113,7 +113,7 @@ def test_local_log_follower_sees_new_lines_as_they_are_written(tmp_path: Path) -
 
 
 @pytest.mark.skipif(shutil.which("tail") is None, reason="needs tail")
-def test_ssh_log_follower_reads_through_paramiko(ssh_inventory: Path, tmp_path: Path) -> None:
+def test_ssh_log_follower_reads_through_openssh(ssh_inventory: Path, tmp_path: Path) -> None:
     from runner.inventory import Inventory
 
     conn = Inventory(ssh_inventory).connection("h1")

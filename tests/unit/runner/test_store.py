@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.errors import ResultsWriteError
 from runner.plan import Trial
 from runner.store import ResultsStore, atomic_write_text
 
@@ -25,10 +26,21 @@ def test_atomic_write_leaves_old_content_when_the_write_fails(tmp_path: Path,
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "fsync", boom)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(ResultsWriteError, match=f"cannot write {target}: disk full"):
         atomic_write_text(target, "new\n")
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["trial.json"]  # no temp file left behind
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_results_files_follow_the_umask(tmp_path: Path, umask: int) -> None:
+    # Before: mkstemp's 0600 made results unreadable to the team while charts were 0644.
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "a.json", "{}\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 @pytest.mark.parametrize(("status", "retry", "expected"), [
