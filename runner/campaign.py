@@ -25,7 +25,7 @@ from runner.experiments.base import Phase, TrialContext
 from runner.experiments.facts import PLAYBOOK as FACTS_PLAYBOOK
 from runner.inventory import Inventory
 from runner.livelog import LogFollower
-from runner.plan import Plan, Trial
+from runner.plan import Plan, Trial, remote_dir
 from runner.progress import Progress
 from runner.provenance import REPO_ROOT, git_state, inventory_digest, tool_versions
 from runner.secrets import Secrets
@@ -38,6 +38,7 @@ __all__ = ["CampaignOutcome", "run_campaign"]
 logger = logging.getLogger(__name__)
 
 PROBE_PLAYBOOK = "playbooks/experiments/probe.yml"
+REFUSED_PREFIX = "preflight refused"
 PROBE_TIMEOUT_S = 30
 
 
@@ -65,11 +66,6 @@ class _Ctx:
     stopped: list[str] = field(default_factory=list)
 
 
-def _remote_dir(loaded: LoadedCampaign, host: str, leaf: str) -> str:
-    # Per host: test hosts (and some clusters) share one filesystem.
-    return f"{loaded.campaign.remote_dir.rstrip('/')}/{loaded.campaign.name}/{host}/{leaf}"
-
-
 def _extravars(ctx: _Ctx, trial: Trial, trial_dir: Path) -> dict[str, Any]:
     return {
         "exp_campaign": ctx.loaded.campaign.name,
@@ -82,7 +78,7 @@ def _extravars(ctx: _Ctx, trial: Trial, trial_dir: Path) -> dict[str, Any]:
         "exp_engine": trial.engine or {},
         "exp_resources": trial.resources.as_dict(),
         "exp_results_dir": str(trial_dir),
-        "exp_remote_dir": _remote_dir(ctx.loaded, trial.host, trial.id),
+        "exp_remote_dir": trial.remote_dir,
         "exp_repo_dir": str(REPO_ROOT),
         "exp_node_python": ctx.loaded.campaign.node_python or "",
         "exp_timeout_s": trial.timeout_s,
@@ -99,7 +95,7 @@ def _preflight(ctx: _Ctx, host: str) -> tuple[dict[str, Any] | None, str]:
         phase="preflight", playbook=REPO_ROOT / FACTS_PLAYBOOK, project_dir=REPO_ROOT,
         private_data_dir=host_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=host,
         extravars={"exp_facts_dest": str(dest), "exp_results_dir": str(host_dir),
-                   "exp_remote_dir": _remote_dir(ctx.loaded, host, "preflight")},
+                   "exp_remote_dir": remote_dir(ctx.loaded, host, "preflight")},
         timeout_s=300, cancel=ctx.stop, lease=lease_id(ctx.store.root, f"preflight@{host}"),
     )
     if not result.ok:
@@ -178,7 +174,9 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
         if more:
             reason = f"{reason}; {more}"
     elif skip is not None:
-        status, reason = "skipped", skip
+        # A node preflight refusing the campaign's own settings is no skip by design: it is counted
+        # apart, and the run's exit code says so.
+        status, reason = ("refused" if skip.startswith(REFUSED_PREFIX) else "skipped"), skip
     else:
         status, reason = "ok", ""
         try:

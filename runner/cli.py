@@ -1,7 +1,9 @@
 """``python -m runner``: run a campaign, show its plan, rebuild a report, parse a vLLM log.
 
-Exit codes: 0 every trial ok or skipped by design; 1 some trial failed; 2 bad input (nothing on
-any node touched); 4 the results folder is held by another run or refused a write (disk full: the
+Exit codes (README.md, "Exit codes"): 0 every trial ok or skipped by design; 1 some trial failed;
+2 bad input (nothing on any node touched); 3 nothing failed, but a preflight refused a trial (the
+campaign's own settings, found before any host is touched, or the node's numbers) or no trial
+measured anything; 4 the results folder is held by another run or refused a write (disk full: the
 run stopped, what it wrote is whole); 130 interrupted (finished trials kept; run the same command
 again to resume).
 """
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_RESULTS, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_RESULTS, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 SUBCOMMANDS = ("run", "report", "parse-log")
 
 logger = logging.getLogger("runner")
@@ -39,6 +41,12 @@ def _run_parser() -> argparse.ArgumentParser:
         description="Run a campaign (CAMPAIGN.yaml), or: report RESULTS_DIR | parse-log PATH.",
     )
     p.add_argument("campaign", type=Path, help="campaign YAML file")
+    p.add_argument("-i", "--inventory", type=Path, metavar="PATH", help="inventory instead of the file's")
+    p.add_argument("-l", "--limit", metavar="PATTERN", help="host pattern instead of the file's hosts:")
+    p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY.PATH=VALUE|@FILE|JSON",
+                   help="override a campaign value, e.g. -e engine.args.max-model-len=8192 (repeatable)")
+    p.add_argument("--only", action="append", default=[], metavar="EXPERIMENT[.MODE]",
+                   help="run only this experiment or mode (repeatable); results resume in the same folder")
     p.add_argument("--plan", action="store_true", help="print the expanded trial matrix; touch no host")
     p.add_argument("--json", action="store_true", help="with --plan: machine-readable output")
     p.add_argument("--results", type=Path, help="results folder (default: results/<campaign name>/)")
@@ -72,23 +80,35 @@ def _print_plan(plan_dict: dict[str, object], as_json: bool) -> None:
         r = t["resources"]
         res = f"gpus={r['gpus'] or '-'} exclusive={'yes' if r['exclusive'] else 'no'} ram={r['host_ram_gib']:g}GiB"
         print(f"{t['id']:<{width}}  {t['host']:<12} {t['experiment']:<12} {t['mode']:<18} {t['repeat']:>3}  {res}")
-    print(f"{len(trials)} trial(s) in campaign {plan_dict['campaign']}")
+        for why in t.get("refusals") or []:
+            print(f"{'':<{width}}  refused: {why}")
+    refused = sum(1 for t in trials if t.get("refusals"))
+    print(f"{len(trials)} trial(s) in campaign {plan_dict['campaign']}"
+          + (f"; {refused} refused by the campaign's own settings" if refused else ""))
 
 
 def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    from runner.overrides import parse_overrides
     from runner.plan import expand
-    from runner.spec import load_campaign
+    from runner.spec import load_campaign, select
 
-    loaded = load_campaign(args.campaign)
-    plan = expand(loaded)
+    loaded = select(load_campaign(args.campaign, overrides=parse_overrides(args.extra_vars),
+                                  inventory=args.inventory, limit=args.limit), args.only)
+    root = args.results or Path("results") / loaded.campaign.name
+    plan = expand(loaded, _cached_facts(root, loaded.hosts))
     if args.plan:
         _print_plan(plan.as_dict(), args.json)
-        return EXIT_OK
+        return EXIT_REFUSED if plan.refused else EXIT_OK
+    if plan.refused:
+        for trial in plan.refused:
+            print(f"{trial.id}: refused: {'; '.join(trial.refusals)}", file=sys.stderr)
+        print(f"error: the campaign's own settings refuse {len(plan.refused)} trial(s); nothing was started "
+              "(fix the values, or leave those modes out with --only)", file=sys.stderr)
+        return EXIT_REFUSED
     if args.parallel < 1:
         raise SpecError([f"--parallel: must be >= 1, got {args.parallel}"])
     engine = loaded.campaign.engine
     secrets = Secrets.from_environment(engine.env_from_controller if engine else [], str(loaded.path))
-    root = args.results or Path("results") / loaded.campaign.name
     lock = ResultsLock(root)
     lock.acquire(argv)
     try:
@@ -131,7 +151,29 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
     if outcome.interrupted:
         print("interrupted: run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return EXIT_FAILED if outcome.failed else EXIT_OK
+    if outcome.failed:
+        return EXIT_FAILED
+    if outcome.counts.get("refused"):
+        print(f"error: a preflight refused {outcome.counts['refused']} trial(s): see their reasons in "
+              f"{root / 'summary.csv'}", file=sys.stderr)
+        return EXIT_REFUSED
+    if plan.trials and not outcome.counts.get("ok"):
+        print("error: no trial measured anything (every one was skipped)", file=sys.stderr)
+        return EXIT_REFUSED
+    return EXIT_OK
+
+
+def _cached_facts(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, object]]:
+    """Facts an earlier run gathered, for the plan checks that need a node's numbers."""
+    out = {}
+    for host in hosts:
+        try:
+            data = json.loads((root / "hosts" / host / "facts.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            out[host] = data
+    return out
 
 
 def _cmd_report(argv: list[str]) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from runner.experiments import KINDS
 from runner.experiments.base import Resources, TrialContext
 from runner.spec import MAX_TRIALS, LoadedCampaign
 
-__all__ = ["Plan", "Trial", "expand", "trial_id"]
+__all__ = ["Plan", "Trial", "expand", "remote_dir", "trial_id"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.@-]+")
 
@@ -44,6 +45,8 @@ class Trial:
     engine: dict[str, Any] | None
     timeout_s: float
     resources: Resources = field(default_factory=Resources)
+    remote_dir: str = ""  # the trial's own folder on its node
+    refusals: tuple[str, ...] = ()  # why the campaign's own settings cannot run it (plan_checks)
 
     def definition(self) -> dict[str, Any]:
         """Everything that decides what the trial does; a stored result is reused only if equal."""
@@ -60,6 +63,7 @@ class Trial:
         return {
             "id": self.id, **self.definition(), "timeout_s": self.timeout_s,
             "resources": self.resources.as_dict(), "definition_hash": self.definition_hash(),
+            "remote_dir": self.remote_dir, "refusals": list(self.refusals),
         }
 
 
@@ -74,9 +78,18 @@ class Plan:
             out.setdefault(t.host, []).append(t)
         return out
 
+    @property
+    def refused(self) -> list[Trial]:
+        return [t for t in self.trials if t.refusals]
+
     def as_dict(self) -> dict[str, Any]:
         return {"campaign": self.campaign, "trial_count": len(self.trials),
                 "trials": [t.as_dict() for t in self.trials]}
+
+
+def remote_dir(loaded: LoadedCampaign, host: str, leaf: str) -> str:
+    # Per host: test hosts (and some clusters) share one filesystem.
+    return f"{loaded.campaign.remote_dir.rstrip('/')}/{loaded.campaign.name}/{host}/{leaf}"
 
 
 def _check_size(loaded: LoadedCampaign) -> None:
@@ -88,7 +101,9 @@ def _check_size(loaded: LoadedCampaign) -> None:
                          f"{MAX_TRIALS} one run may plan (modes x repeats x hosts); split it"])
 
 
-def expand(loaded: LoadedCampaign) -> Plan:
+def expand(loaded: LoadedCampaign, facts: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """The trial matrix; ``facts`` (host -> facts of an earlier run) lets plan checks use the
+    node's numbers without touching it."""
     _check_size(loaded)
     c = loaded.campaign
     trials: list[Trial] = []
@@ -103,11 +118,15 @@ def expand(loaded: LoadedCampaign) -> Plan:
         for mode, params in modes.items():
             for repeat in range(1, repeats + 1):
                 for host in loaded.hosts:
-                    ctx = TrialContext(mode=mode, params=params, engine=engine or {}, host=host)
+                    tid = trial_id(exp.label, mode, repeat, host)
+                    ctx = TrialContext(mode=mode, params=params, engine=engine or {}, host=host, trial_id=tid,
+                                       remote_dir=remote_dir(loaded, host, tid), campaign=c.name,
+                                       facts=(facts or {}).get(host))
                     trials.append(Trial(
-                        id=trial_id(exp.label, mode, repeat, host), host=host, experiment=exp.label,
+                        id=tid, host=host, experiment=exp.label,
                         kind=exp.kind, mode=mode, repeat=repeat, params=params, engine=engine,
-                        timeout_s=timeout, resources=kind.resources(ctx),
+                        timeout_s=timeout, resources=kind.resources(ctx), remote_dir=ctx.remote_dir,
+                        refusals=tuple(kind.plan_checks(ctx)),
                     ))
     ids = [t.id for t in trials]
     if len(set(ids)) != len(ids):

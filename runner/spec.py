@@ -6,7 +6,10 @@ Every problem becomes one line ``FILE:LINE: key.path: message``; all of them are
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -15,9 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runner.errors import SpecError
 from runner.experiments import KINDS
+from runner.overrides import Override, apply_overrides
 from runner.yaml_input import InputError, Loc, format_loc, line_for, read_yaml
 
-__all__ = ["Campaign", "Engine", "Experiment", "LoadedCampaign", "load_campaign"]
+__all__ = ["Campaign", "Engine", "Experiment", "LoadedCampaign", "did_you_mean", "load_campaign", "select"]
 
 EngineArg = str | int | float | bool | None | list[str | int | float]
 
@@ -163,7 +167,8 @@ class Experiment(_Strict):
     @classmethod
     def _known_kind(cls, v: str) -> str:
         if v not in KINDS:
-            raise ValueError(f"unknown experiment kind {v!r} (known: {', '.join(sorted(KINDS))})")
+            raise ValueError(f"unknown experiment kind {v!r} (known: {', '.join(sorted(KINDS))})"
+                             f"{did_you_mean(v, KINDS)}")
         return v
 
     @property
@@ -208,6 +213,7 @@ class LoadedCampaign:
     inventory_path: Path
     hosts: tuple[str, ...]
     modes: tuple[dict[str, dict[str, Any]], ...]  # per experiment: mode -> validated params
+    options: tuple[str, ...] = ()  # the command-line options that changed the file's values
 
 
 # --- messages ------------------------------------------------------------------------------
@@ -242,11 +248,41 @@ def _clean_loc(loc: Loc) -> Loc:
     return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
 
 
-def _errors_of(exc: ValidationError, prefix: Loc = ()) -> list[tuple[Loc, str]]:
+def did_you_mean(word: object, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(word), list(known), n=1, cutoff=0.6)
+    return f": did you mean {close[0]!r}?" if close else ""
+
+
+def _known_keys(model: type[BaseModel], loc: Loc) -> list[str]:
+    """The keys allowed where ``loc`` (relative to ``model``) points, for "did you mean"."""
+    fields: list[str] = [n for n, f in model.model_fields.items() if not f.exclude]
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(str(part))
+        sub = getattr(info, "annotation", None) if info else None
+        for candidate in (sub, *getattr(sub, "__args__", ())):
+            inner = getattr(candidate, "__args__", (candidate,))
+            found = next((c for c in (candidate, *inner) if isinstance(c, type) and issubclass(c, BaseModel)), None)
+            if found is not None:
+                model = found
+                break
+        else:
+            return []
+        fields = list(model.model_fields)
+    return fields
+
+
+def _errors_of(exc: ValidationError, prefix: Loc = (), model: type[BaseModel] | None = None
+               ) -> list[tuple[Loc, str]]:
     seen: set[tuple[Loc, str]] = set()
     out = []
     for err in exc.errors():
-        item = ((*prefix, *_clean_loc(tuple(err["loc"]))), _message(err))
+        loc = _clean_loc(tuple(err["loc"]))
+        message = _message(err)
+        if err["type"] == "extra_forbidden" and model is not None and loc:
+            message += did_you_mean(loc[-1], _known_keys(model, loc))
+        item = ((*prefix, *loc), message)
         if item not in seen:
             seen.add(item)
             out.append(item)
@@ -280,7 +316,8 @@ def _validate_modes(kind_name: str, raw_modes: Any, index: int
         loc: Loc = (*loc_modes, mode)
         model = kind.modes.get(mode)
         if model is None:
-            errors.append((loc, f"unknown mode for kind {kind_name} (known: {', '.join(kind.modes)})"))
+            errors.append((loc, f"unknown mode for kind {kind_name} (known: {', '.join(kind.modes)})"
+                           f"{did_you_mean(mode, kind.modes)}"))
             continue
         if params is not None and not isinstance(params, dict):
             errors.append((loc, "mode parameters must be a mapping"))
@@ -288,7 +325,7 @@ def _validate_modes(kind_name: str, raw_modes: Any, index: int
         try:
             validated[mode] = model.model_validate(params or {}).model_dump(mode="json")
         except ValidationError as exc:
-            errors.extend(_errors_of(exc, loc))
+            errors.extend(_errors_of(exc, loc, model))
     return validated, errors
 
 
@@ -344,8 +381,12 @@ def _resolve_hosts(inventory: Path, pattern: str) -> tuple[list[str], str]:
     return hosts, ""
 
 
-def load_campaign(path: Path, *, check_hosts: bool = True) -> LoadedCampaign:
-    """Read, validate and resolve a campaign file, or raise ``SpecError`` with every problem."""
+def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Override] | None = None,
+                  inventory: Path | None = None, limit: str | None = None) -> LoadedCampaign:
+    """Read, validate and resolve a campaign file, or raise ``SpecError`` with every problem.
+
+    ``overrides`` (``-e``), ``inventory`` (``-i``) and ``limit`` (``-l``) replace values of the file
+    before validation; an error in one names the option it came from instead of a line."""
     name = str(path)
     try:
         text, data, lines = read_yaml(path)
@@ -353,16 +394,28 @@ def load_campaign(path: Path, *, check_hosts: bool = True) -> LoadedCampaign:
         raise SpecError([f"{name}:{exc.line}: {exc.message}"]) from exc
     if not isinstance(data, dict):
         raise SpecError([f"{name}:1: a campaign must be a YAML mapping"])
+    given = list(overrides or [])
+    if inventory is not None:
+        given.append((("inventory",), str(inventory.resolve()), f"-i {inventory}"))
+    if limit is not None:
+        given.append((("hosts",), limit, f"-l {limit}"))
+    from_options = apply_overrides(data, given)
+
+    def where(loc: Loc) -> str:
+        for path_, source in from_options.items():
+            if loc[: len(path_)] == path_ or path_[: len(loc)] == loc:
+                return source
+        return f"{name}:{line_for(lines, loc)}"
 
     def fail(errors: list[tuple[Loc, str]]) -> SpecError:
         errors = sorted(errors, key=lambda e: line_for(lines, e[0]))
-        return SpecError([f"{name}:{line_for(lines, loc)}: {format_loc(loc)}: {msg}" for loc, msg in errors])
+        return SpecError([f"{where(loc)}: {format_loc(loc)}: {msg}" for loc, msg in errors])
 
     modes, errors = _check_modes(data)
     try:
         campaign = Campaign.model_validate(data)
     except ValidationError as exc:
-        raise fail(_errors_of(exc) + errors) from exc
+        raise fail(_errors_of(exc, (), Campaign) + errors) from exc
 
     labels: dict[str, int] = {}
     for i, exp in enumerate(campaign.experiments):
@@ -372,16 +425,55 @@ def load_campaign(path: Path, *, check_hosts: bool = True) -> LoadedCampaign:
             errors.append(((*("experiments", i), "name"), f"experiment name {exp.label!r} is used twice "
                            f"(also experiments[{labels[exp.label]}]): give each a distinct name"))
         labels.setdefault(exp.label, i)
-    inventory = (path.parent / campaign.inventory).resolve()
+    inventory_path = (path.parent / campaign.inventory).resolve()
     hosts: list[str] = []
-    if not inventory.exists():
-        errors.append((("inventory",), f"inventory {inventory} does not exist"))
+    if not inventory_path.exists():
+        errors.append((("inventory",), f"inventory {inventory_path} does not exist"))
     elif check_hosts:
-        hosts, problem = _resolve_hosts(inventory, campaign.hosts)
+        hosts, problem = _resolve_hosts(inventory_path, campaign.hosts)
         if problem:
             errors.append((("hosts",) if problem.startswith("host pattern") else ("inventory",), problem))
         elif not hosts:
-            errors.append((("hosts",), f"host pattern {campaign.hosts!r} matches no host in {inventory}"))
+            errors.append((("hosts",), f"host pattern {campaign.hosts!r} matches no host in {inventory_path}"))
     if errors:
         raise fail(errors)
-    return LoadedCampaign(campaign, path.resolve(), text, inventory, tuple(hosts), tuple(modes))
+    return LoadedCampaign(campaign, path.resolve(), text, inventory_path, tuple(hosts), tuple(modes),
+                          tuple(sorted(source for source in set(from_options.values()))))
+
+
+def select(loaded: LoadedCampaign, only: list[str]) -> LoadedCampaign:
+    """Keep the experiments (``EXPERIMENT``) and modes (``EXPERIMENT.MODE``) that ``--only`` names;
+    trial ids do not change, so a subset run resumes into the same results folder."""
+    if not only:
+        return loaded
+    labels = [e.label for e in loaded.campaign.experiments]
+    wanted: dict[str, set[str] | None] = {}
+    errors = []
+    for item in only:
+        label, _, mode = item.partition(".")
+        if label not in labels:
+            errors.append(f"--only {item}: no experiment {label!r} (known: {', '.join(labels)})"
+                          f"{did_you_mean(label, labels)}")
+            continue
+        modes = loaded.modes[labels.index(label)]
+        if mode and mode not in modes:
+            errors.append(f"--only {item}: experiment {label} has no mode {mode!r} (known: {', '.join(modes)})"
+                          f"{did_you_mean(mode, modes)}")
+            continue
+        if mode:
+            current = wanted.setdefault(label, set())
+            if current is not None:
+                current.add(mode)
+        else:
+            wanted[label] = None
+    if errors:
+        raise SpecError(errors)
+    experiments, modes_kept = [], []
+    for exp, modes in zip(loaded.campaign.experiments, loaded.modes, strict=True):
+        if exp.label in wanted:
+            keep = wanted[exp.label]
+            experiments.append(exp)
+            modes_kept.append({m: p for m, p in modes.items() if keep is None or m in keep})
+    campaign = loaded.campaign.model_copy(update={"experiments": experiments})
+    return dataclasses.replace(loaded, campaign=campaign, modes=tuple(modes_kept),
+                               options=(*loaded.options, *(f"--only {o}" for o in only)))

@@ -9,8 +9,9 @@ Layout (docs/campaign.md, "The results folder")::
     <root>/trials/<trial_id>/ansible/...         ansible-runner artefacts, one ident per phase
     <root>/summary.csv  report.md
 
-A trial's status is one of ``ok``, ``failed``, ``skipped`` (by design, with a reason) or
-``interrupted`` (stopped by Ctrl-C; always run again). A finished trial is kept only while its
+A trial's status is one of ``ok``, ``failed``, ``skipped`` (by design, with a reason), ``refused``
+(a preflight found that the campaign's settings do not fit the node) or ``interrupted`` (stopped
+by Ctrl-C; always run again). A finished trial is kept only while its
 definition is unchanged; an earlier attempt is moved to ``previous/``, never deleted.
 """
 
@@ -29,7 +30,7 @@ from runner.plan import Trial
 
 __all__ = ["STATUSES", "ResultsStore", "atomic_write_text"]
 
-STATUSES = ("ok", "failed", "skipped", "interrupted")
+STATUSES = ("ok", "failed", "skipped", "refused", "interrupted")
 
 
 def _umask() -> int:
@@ -147,6 +148,6 @@ class ResultsStore:
         status = record.get("status")
         if status in ("ok", "skipped"):
             return False, f"kept ({status})"
-        if status == "failed":
-            return (True, "retry failed") if retry_failed else (False, "kept (failed; --retry-failed reruns)")
+        if status in ("failed", "refused"):
+            return (True, f"retry {status}") if retry_failed else (False, f"kept ({status}; --retry-failed reruns)")
         return True, f"resume ({status or 'incomplete'})"

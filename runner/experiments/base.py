@@ -55,6 +55,10 @@ class TrialContext:
     engine: Mapping[str, Any]
     trial_dir: Path | None = None
     host: str = ""
+    trial_id: str = ""
+    remote_dir: str = ""  # the trial's folder on the node
+    campaign: str = ""
+    facts: Mapping[str, Any] | None = None  # the host's facts from an earlier run, when cached
 
 
 @dataclass(frozen=True)
@@ -82,5 +86,8 @@ class ExperimentKind:
     resources: Callable[[TrialContext], Resources] = field(default=lambda _ctx: Resources())
     collect: Callable[[TrialContext], dict[str, Any]] = field(default=lambda _ctx: {})
     diagnose: Callable[[TrialContext], str] = field(default=lambda _ctx: "")  # more "why" for a failure
+    # Checks that need no node (the campaign's own settings, cached facts): each string refuses the
+    # trial before any host is touched, in --plan too.
+    plan_checks: Callable[[TrialContext], list[str]] = field(default=lambda _ctx: [])
     needs_engine: bool = False
     report: KindReport | None = None

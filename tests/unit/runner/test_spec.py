@@ -39,7 +39,7 @@ def test_valid_campaign_loads_with_hosts_and_mode_params(write_campaign: Callabl
 
 def test_unknown_key_names_line_and_path(write_campaign: Callable[[str], Path]) -> None:
     path = write_campaign(GOOD.replace("    repeats: 2\n", "    repeats: 2\n    repeets: 3\n"))
-    assert errors_of(path) == [f"{path}:10: experiments[1].repeets: unknown key"]
+    assert errors_of(path) == [f"{path}:10: experiments[1].repeets: unknown key: did you mean 'repeats'?"]
 
 
 def test_mode_parameter_bound_names_the_mode(write_campaign: Callable[[str], Path]) -> None:
