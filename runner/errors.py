@@ -38,3 +38,10 @@ class ResultsWriteError(RunnerError):
 
 class ResultsLockedError(RunnerError):
     """Another run holds the results folder."""
+
+
+class LogInputError(ParseError):
+    """A log file cannot be read as a text log: not a regular file, binary, or over a size limit."""
+
+
+__all__ += ["LogInputError"]

@@ -1,19 +1,22 @@
 """Parse a vLLM server log into startup phases, periodic stats and error labels.
 
-The parser is pure (text in, dict out) and tolerant of the format drift between vLLM
-versions listed in ``../shared/reference/anchors.md`` §4: ``took``/``takes``,
-``GiB memory``/``GiB``/old ``GB``, merged or separate KV-capacity lines, thousands
-separators, V0 and V1 stats lines (including the DEBUG ones logged when idle), every era of
-line prefix (``[file.py:N]``, ``file.py:N]``, none; process prefixes such as
-``(EngineCore_DP0 pid=1)``, nested ``(APIServer pid=1) (EngineCore pid=7)``, docker-compose
-``vllm-1  | ``, ``docker logs -t`` timestamps), ANSI colour codes, ``\\r``-separated progress
-bars and optional milliseconds in timestamps.
+The parser reads a log as a stream of lines (memory stays flat whatever the size) and is
+tolerant of the format drift between vLLM versions: ``took``/``takes``, ``GiB memory``/``GiB``/
+old ``GB``, merged or separate KV-capacity lines, thousands separators, V0 and V1 stats lines
+(including the DEBUG ones logged when idle), every era of line prefix (``[file.py:N]``,
+``file.py:N]``, none; process prefixes such as ``(EngineCore_DP0 pid=1)``, nested
+``(APIServer pid=1) (EngineCore pid=7)``), ANSI colour codes, ``\\r``-separated progress bars and
+optional milliseconds in timestamps. A log-collector wrapper around each line (``kubectl``, CRI
+log files, ``journalctl``, ``docker compose logs``, ``docker logs -t``, Cloud Logging JSON) is
+detected from the first lines and stripped (:mod:`runner.parse.log_wrappers`); ``wrapper``
+names it (``"none"`` for a bare log).
 
 Output rules (see :func:`parse_log_text`):
 
 * A measurement key is present only when its line was found; an absent line means the key is
-  omitted, never ``0`` or ``None``. ``stats``, ``stats_count``, ``errors`` and ``missing`` are
-  always present (an empty list / zero count is a fact, not a missing measurement).
+  omitted, never ``0`` or ``None``. ``wrapper``, ``stats``, ``stats_count``, ``errors`` and
+  ``missing`` are always present (an empty list / zero count is a fact, not a missing
+  measurement).
 * With TP>1 (or several DP engines) the startup lines repeat once per worker. Durations and
   memory sizes take the **maximum** across workers (the slowest worker gates startup);
   capacities (``available_kv_cache_gib``, ``kv_cache_tokens``, ``max_concurrency``) take the
@@ -32,11 +35,17 @@ Output rules (see :func:`parse_log_text`):
   requests** (hence ``prefix_hit_pct_rolling1000``); V0 logs report a block-level rate since
   start (``gpu_prefix_hit_pct_v0``). Neither is a per-run rate: use the ``/metrics`` counter
   deltas in :mod:`runner.parse.metrics` for that.
+* Bounds: ``stats`` and ``sleep_events`` keep the **last** :data:`MAX_ITEMS` entries
+  (``stats_count`` counts every stats line); a line longer than :data:`LINE_MAX` bytes is cut
+  to that length; per-process compile sums track at most :data:`MAX_PROCESSES` processes (the
+  others share one sum). ``truncated`` (present only when something was cut) counts what was
+  dropped: ``stats``, ``sleep_events`` (entries), ``long_lines``, ``processes`` (lines whose
+  process was not tracked apart).
 
-Keys, in output order: ``first_ts``, ``last_ts``, ``ts_has_ms``, ``vllm_version``, ``model``,
-``tensor_parallel_size``, ``enforce_eager`` (from the engine config / args / eager messages),
-``weights_load_s``, ``model_load_s``, ``model_load_gib``, ``compile_cache_dir`` (first one, rank
-0), ``compile_cache_disabled``, ``dynamo_transform_s``, ``compile_cache_hit``,
+Keys, in output order: ``wrapper``, ``first_ts``, ``last_ts``, ``ts_has_ms``, ``vllm_version``,
+``model``, ``tensor_parallel_size``, ``enforce_eager`` (from the engine config / args / eager
+messages), ``weights_load_s``, ``model_load_s``, ``model_load_gib``, ``compile_cache_dir``
+(first one, rank 0), ``compile_cache_disabled``, ``dynamo_transform_s``, ``compile_cache_hit``,
 ``inductor_compile_s``, ``compile_cache_load_s``, ``compile_s``, ``profile_warmup_s``,
 ``memory_profiling_s``, ``available_kv_cache_gib``, ``kv_cache_tokens``, ``gpu_blocks`` /
 ``cpu_blocks`` (V0), ``max_concurrency``, ``max_concurrency_req_tokens``, ``graph_capture_s``
@@ -45,7 +54,7 @@ Keys, in output order: ``first_ts``, ``last_ts``, ``ts_has_ms``, ``vllm_version`
 ``sleep_freed_gib``, ``sleep_still_in_use_gib``, ``sleep_events``, ``stats``, ``stats_count``,
 ``last_prefix_cache_hit_pct`` (last stats line that has one; V0's GPU rate counts),
 ``last_external_prefix_cache_hit_pct``, ``shutdown_seen``, ``phase_ts``, ``errors``,
-``errors_after_shutdown``, ``missing``.
+``errors_after_shutdown``, ``missing``, ``truncated``.
 
 A ``stats`` entry has ``ts``, ``engine`` (``"000"``, ``"001"``..., ``"aggregated"``; absent on
 V0 and early V1 lines), ``prompt_tput_tok_s``, ``gen_tput_tok_s``, ``running_reqs``,
@@ -84,34 +93,70 @@ A text is a vLLM log when at least one line carries vLLM's prefix (level and ``M
 HH:MM:SS`` timestamp) or a known vLLM message is found; otherwise :class:`ParseError` is
 raised. One server start per log is assumed (a file appended across restarts mixes them).
 
-Speed: one combined keyword search over the whole text picks candidate lines; only those go
-through the prefix and message regexes (and lose their ANSI codes). ANSI codes are assumed not
-to split a message keyword (vLLM and docker colour the level and prefixes, not messages).
+Input (:func:`parse_log_file`): a regular file, plain or gzip-compressed (magic bytes), read in
+chunks of whole lines. A FIFO, device, socket or directory is refused before any read, binary
+data and a gzip stream that inflates past :data:`MAX_GUNZIP_BYTES` (environment variable
+``RUNNER_LOG_MAX_GUNZIP_BYTES``) are refused while reading (:class:`LogInputError`); bytes that
+are not UTF-8 are replaced, not fatal.
+
+Speed: a line is looked at only when it holds a keyword (words of the messages handled, so that
+a prompt saying "took" in a request log is not one). The keywords are found per chunk by one
+``re`` scan per *pivot* byte (a byte that is rare in logs and that the keywords of its group
+share; a regex that starts with one literal byte is the fastest scan ``re`` has), the others by
+``bytes.find``; only those lines are decoded, unwrapped and go through the prefix and message
+regexes. After the first shutdown line the shutdown keywords are dropped (later ones cannot
+change the record). First and last timestamps come from a few lines at each end of a chunk,
+else from a scan for the ``HH:MM:SS`` shape. ANSI codes are assumed not to split a message
+keyword or a timestamp (vLLM and docker colour the level and prefixes, not messages).
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import logging
+import os
 import re
+import stat
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from runner.errors import ParseError
+from runner.errors import LogInputError, ParseError
+from runner.parse.log_wrappers import NONE, Wrapper, detect, rejoin_cri
 
-__all__ = ["ERROR_LABELS", "EXPECTED_STARTUP", "parse_log_file", "parse_log_text"]
+__all__ = [
+    "ERROR_LABELS",
+    "EXPECTED_STARTUP",
+    "LINE_MAX",
+    "MAX_GUNZIP_BYTES",
+    "MAX_ITEMS",
+    "MAX_PROCESSES",
+    "parse_log_file",
+    "parse_log_text",
+]
 
 log = logging.getLogger(__name__)
+
+LINE_MAX = 64 * 1024  # bytes of one line that are parsed; the rest of a longer line is dropped
+MAX_ITEMS = 10_000  # stats lines and sleep/wake events kept (the most recent ones)
+MAX_PROCESSES = 1024  # processes whose compile times are summed apart
+MAX_GUNZIP_BYTES = 4 << 30  # decompressed size at which a gzip input is refused
+GUNZIP_LIMIT_ENV = "RUNNER_LOG_MAX_GUNZIP_BYTES"
+_CHUNK = 1 << 20  # bytes read at a time (whole lines are parsed, the partial last one waits)
+_SNIFF = 64 * 1024  # bytes at the start where a NUL byte means binary data
+_DETECT_LINES = 64  # lines at the start from which the wrapper is detected
 
 # ----------------------------------------------------------------------------------------------
 # Line prefix and candidate selection
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
-# Everything that may precede vLLM's "LEVEL MM-DD HH:MM:SS [file.py:N] " prefix.
+# Everything that may precede vLLM's "LEVEL MM-DD HH:MM:SS [file.py:N] " prefix. The syslog,
+# docker-compose and docker-timestamp parts also catch such lines in a log that mixes formats
+# (a detected wrapper is stripped before this regex runs).
 _PREFIX_BODY = (
     r"[ \t]*"
     r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ \S+: )?"  # syslog/journald
@@ -123,42 +168,70 @@ _PREFIX_BODY = (
     r"(?:\[?[\w.<>/-]+:\d+\][ \t]*)?"  # [core.py:123] / core.py:123] / nothing
 )
 _PREFIX = re.compile(_PREFIX_BODY)
-_PREFIX_ML = re.compile(r"^" + _PREFIX_BODY, re.MULTILINE)
+# The common case (a line that starts with a process prefix or the level): the same match as
+# _PREFIX whenever it matches (the optional wrappers of _PREFIX cannot match such a line), faster.
+_PREFIX_FAST = re.compile(_PREFIX_BODY[_PREFIX_BODY.index(r"(?:\((?P<proc>") :])
 _PID = re.compile(r"pid=(\d+)")
 
 # Literal keywords: a line is looked at only when it contains one of them. Every message
-# handled below and every error pattern must contain at least one keyword.
+# handled below and every error pattern must contain at least one keyword (a literal that is
+# part of every line it accepts); tests check that each fixture line a handler takes holds one.
 _KEYWORDS = (
-    "took", "takes", "Graph capturing", "Dynamo bytecode", "Directly load",
-    "Using cache directory", "cache is disabled", "KV cache", "Maximum concurrency", "blocks: ",
-    "Sleep mode", "throughput:", "hit rate:", "Starting vLLM", "Available routes",
-    "startup complete", "non-default args", "with config", "server version", "eager",
-    "JIT monitor", "shutdown]", "Shutting down", "emory", "oom-kill", "oom_reaper", "died",
-    "initialization failed", "failed to start", "fatal error", "EngineDead", "already dead",
-    "CUDA error", "NCCL error", "already in use",
+    # startup, sleep/wake, stats, readiness (message words, not bare "took": prompts in request
+    # logs say "took" too)
+    "Loading weights took", "Loading model weights took", "Model loading took", "torch.compile took",
+    "torch.compile takes", ") took", "It took", "KV cache size", "blocks: ", "Dynamo bytecode", "Directly load",
+    "vLLM's torch.compile",
+    "Graph capturing finished", "Compiling a graph for", "Initial profiling", "Memory profiling",
+    "Available KV cache memory", "Maximum concurrency for", "Sleep mode freed", "Avg prompt throughput",
+    "Prefix cache hit rate: GPU", "Starting vLLM", "Available routes", "Application startup complete",
+    "non-default args", "LLM engine", "API server version", "Cudagraph is disabled", "Enforce eager",
+    "Kernel JIT monitor", "[shutdown]", "Shutting down",
+    # errors
+    "out of memory", "Out of memory", "OutOfMemory", "oom-kill", "oom_reaper", "Worker proc", "Worker Proc",
+    "WorkerProc", "Workerproc", "Engine core proc", "Engine Core proc", "EngineCore proc", "Enginecore proc",
+    "unified type", "initialization failed", "failed to start", "fatal error", "EngineDead", "already dead",
+    "available KV cache memory", "No available memory", "CUDA error", "NCCL error", "already in use",
 )  # fmt: skip
+# Pivot bytes, preferred first: each keyword is found through the first of these it holds
+# (keywords without one are found with ``bytes.find``, faster than a pass for one long keyword).
+_PIVOTS = "kfAwEyL"
 
 
-def _trie_pattern(words: tuple[str, ...]) -> str:
-    """An alternation of literal ``words`` factored by common prefixes (faster in ``re``)."""
-    trie: dict[str, Any] = {}
-    for word in words:
-        node = trie
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
+_SHUTDOWN_KEYWORDS = ("[shutdown]", "Shutting down")  # no use once the first shutdown line is seen
 
-    def build(node: dict[str, Any]) -> str:
-        alts = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
-        if not alts:
-            return ""
-        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-        return f"(?:{body})?" if "" in node else body
-
-    return build(trie)
+Searches = tuple[tuple[Callable[..., Any], ...], tuple[Any, ...]]
 
 
-_CANDIDATE = re.compile(_trie_pattern(_KEYWORDS))
+def _keyword_searches(kind: type[bytes] | type[str], skip: tuple[str, ...] = ()) -> Searches:
+    """Search functions (one per pivot byte) and literals that together find every keyword."""
+    groups: dict[str, list[str]] = {}
+    literals: list[str] = []
+    for word in _KEYWORDS:
+        if word in skip:
+            continue
+        pivot = next((ch for ch in _PIVOTS if ch in word), None)
+        if pivot is None:
+            literals.append(word)
+        else:
+            groups.setdefault(pivot, []).append(word)
+    searches = []
+    for pivot, words in groups.items():
+        # After the pivot: the rest of the keyword (a literal: fails fast), then a look back at
+        # the whole keyword.
+        alts = sorted(
+            re.escape(word[word.index(pivot) + 1 :]) + (f"(?<={re.escape(word)})" if word.index(pivot) else "")
+            for word in words
+        )
+        pattern = re.escape(pivot) + "(?:" + "|".join(alts) + ")"
+        searches.append(re.compile(pattern.encode() if kind is bytes else pattern).search)
+    return tuple(searches), tuple(w.encode() if kind is bytes else w for w in literals)
+
+
+_KW_BYTES = _keyword_searches(bytes)
+_KW_BYTES_AFTER_SHUTDOWN = _keyword_searches(bytes, _SHUTDOWN_KEYWORDS)
+_KW_SEARCH_STR, _KW_LITERALS_STR = _keyword_searches(str)
+_LINE_SPLIT = re.compile(r"[\r\n]")
 
 # Messages recognised in lines without vLLM's prefix (custom logging formats, uvicorn).
 _KNOWN_MSG = re.compile(
@@ -205,7 +278,9 @@ _RE_SLEEP = re.compile(r"It took ([\d.]+) seconds to fall asleep")
 _RE_WAKE = re.compile(r"It took ([\d.]+) seconds to wake up(?: tags (.*))?")
 _RE_QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
 _RE_SLEEP_FREED = re.compile(r"Sleep mode freed ([\d.]+) GiB memory, ([\d.]+) GiB memory is still in use")
-_RE_STATS_FIELD = re.compile(r"([A-Z][A-Za-z ]*?): (\d+(?:\.\d+)?)")
+# Greedy is the same match as lazy here (':' is not a key character), and faster; bounded so that a
+# hostile run of letters is not scanned once per capital.
+_RE_STATS_FIELD = re.compile(r"([A-Z][A-Za-z ]{0,63}): (\d+(?:\.\d+)?)")
 _RE_ENGINE_PREFIX = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated):[ \t]*")
 _RE_V0_PREFIX_HIT = re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%, CPU: ([\d.]+)%")
 _RE_API_READY = re.compile(r"Starting vLLM (?:API )?server|Available routes are|Application startup complete")
@@ -216,6 +291,12 @@ _RE_CFG_TP = re.compile(r"tensor_parallel_size=(\d+)")
 _RE_CFG_MODEL = re.compile(r"model='([^']*)'")
 _RE_ARGS_EAGER = re.compile(r"'enforce_eager': (True|False)")
 _RE_EAGER_MSG = re.compile(r"Cudagraph is disabled under eager mode|Enforce eager set")
+
+# Output key of the newest hit rate → the stats fields it is read from, preferred first.
+_LAST_HIT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("last_prefix_cache_hit_pct", ("prefix_hit_pct_rolling1000", "gpu_prefix_hit_pct_v0")),
+    ("last_external_prefix_cache_hit_pct", ("external_prefix_hit_pct_rolling1000",)),
+)
 
 # Stats fields ("Key: value" parts of a stats line) → (output key, type).
 _STATS_FIELDS: dict[str, tuple[str, type]] = {
@@ -241,8 +322,8 @@ _STATS_FIELDS: dict[str, tuple[str, type]] = {
 _ERROR_PATTERNS: tuple[tuple[str, str], ...] = (
     ("cuda_oom", r"CUDA out of memory|OutOfMemoryError"),
     ("oom_killer", r"Out of memory: Kill|oom-kill|oom_reaper"),
-    ("worker_died", r"Worker ?[Pp]roc(?:ess)?\b.*?\bdied\b"),
-    ("engine_core_died", r"Engine ?[Cc]ore proc \S+ died"),
+    ("worker_died", r"Worker ?[Pp]roc(?:ess)?\b.{0,200}?\bdied\b"),  # bounded: no quadratic scan of a long line
+    ("engine_core_died", r"Engine ?[Cc]ore proc \S{1,200} died"),
     ("kv_spec_unify", r"KV cache specs? to one unified type"),
     ("engine_core_failed", r"Engine core initialization failed|EngineCore failed to start"),
     ("engine_core_fatal", r"EngineCore encountered a fatal error"),
@@ -254,7 +335,26 @@ _ERROR_PATTERNS: tuple[tuple[str, str], ...] = (
     ("port_in_use", r"[Aa]ddress already in use"),
 )  # fmt: skip
 ERROR_LABELS: tuple[str, ...] = tuple(sorted(label for label, _ in _ERROR_PATTERNS))
-_ERRORS = re.compile("|".join(f"(?P<{label}>{pattern})" for label, pattern in _ERROR_PATTERNS))
+# Literals of which every match of a label's pattern holds one: the regex runs only then.
+_ERROR_LITERALS: dict[str, tuple[str, ...]] = {
+    "cuda_oom": ("out of memory", "OutOfMemoryError"),
+    "oom_killer": ("Out of memory", "oom-kill", "oom_reaper"),
+    "worker_died": ("Worker",),
+    "engine_core_died": ("ore proc",),
+    "kv_spec_unify": ("unified type",),
+    "engine_core_failed": ("initialization failed", "failed to start"),
+    "engine_core_fatal": ("fatal error",),
+    "engine_dead": ("EngineDeadError", "already dead"),
+    "kv_cache_insufficient": ("No available memory", "available KV cache memory"),
+    "cuda_error": ("CUDA error: ",),
+    "nccl_error": ("NCCL error",),
+    "port_in_use": ("ddress already in use",),
+}
+_ERRORS: tuple[tuple[str, str, Callable[[str], Any]], ...] = tuple(
+    (literal, label, re.compile(pattern).search)
+    for label, pattern in _ERROR_PATTERNS
+    for literal in _ERROR_LITERALS[label]
+)
 
 EXPECTED_STARTUP: tuple[str, ...] = (
     "weights_load_s",
@@ -279,6 +379,7 @@ def _num(text: str) -> float:
 
 
 Handler = Callable[[str, str | None, str | None], bool]
+Strip = Callable[[str], str | None]  # a wrapper's line stripper (see runner.parse.log_wrappers)
 
 
 class _Collector:
@@ -290,8 +391,12 @@ class _Collector:
         self.last: dict[str, Any] = {}
         self.phase_ts: dict[str, str] = {}
         self.per_proc: dict[str, dict[str, float]] = {"inductor_compile_s": {}, "compile_cache_load_s": {}}
-        self.stats: list[dict[str, Any]] = []
-        self.sleep_events: list[dict[str, Any]] = []
+        self.stats: deque[dict[str, Any]] = deque(maxlen=MAX_ITEMS)
+        self.stats_seen = 0
+        self.sleep_events: deque[dict[str, Any]] = deque(maxlen=MAX_ITEMS)
+        self.sleep_seen = 0
+        self.last_hit: dict[str, float] = {}  # last_*_prefix_cache_hit_pct, kept as lines come
+        self.truncated: dict[str, int] = {"stats": 0, "sleep_events": 0, "long_lines": 0, "processes": 0}
         self.errors: set[str] = set()
         self.errors_after_shutdown: set[str] = set()
         self.compile_hit = False
@@ -352,6 +457,9 @@ class _Collector:
         pid_m = _PID.search(proc) if proc else None
         owner = pid_m.group(1) if pid_m is not None else (proc or "")
         sums = self.per_proc[key]
+        if owner not in sums and len(sums) >= MAX_PROCESSES:
+            self.truncated["processes"] += 1
+            owner = "..."  # the processes beyond the cap share one sum
         sums[owner] = sums.get(owner, 0.0) + value
 
     def _phase(self, name: str, ts: str | None) -> None:
@@ -361,14 +469,15 @@ class _Collector:
     # -- line entry point -------------------------------------------------------------------
 
     def feed(self, line: str) -> None:
-        m = _PREFIX.match(line)
+        m = _PREFIX_FAST.match(line) or _PREFIX.match(line)
         proc: str | None = None
         if m is not None:
             self.evidence += 1
-            ts: str | None = m.group("ts")
-            if len(ts) != 18 or ts[14] != ".":  # already "MM-DD HH:MM:SS.mmm" in the common case
+            ts, proc = m.group("ts", "proc")
+            if len(ts) == 14:
+                ts += ".000"
+            elif len(ts) != 18 or ts[14] != ".":  # else already "MM-DD HH:MM:SS.mmm"
                 ts = _norm_ts(ts)
-            proc = m.group("proc")
             msg = line[m.end() :]
             if msg.startswith(_REQUEST_LOG):
                 return
@@ -391,9 +500,8 @@ class _Collector:
         if "[shutdown]" in line:
             self._shutdown(line, ts, proc)
             return
-        for err in _ERRORS.finditer(line):
-            label = err.lastgroup
-            if label is not None:
+        for literal, label, search in _ERRORS:
+            if literal in line and search(line) is not None:
                 (self.errors_after_shutdown if self.shutdown else self.errors).add(label)
 
     # -- handlers: each returns True when it recognised the message ---------------------------
@@ -563,7 +671,7 @@ class _Collector:
             event: dict[str, Any] = {"event": "sleep", "s": value}
             if ts is not None:
                 event["ts"] = ts
-            self.sleep_events.append(event)
+            self._sleep_event(event)
             self._phase("sleep", ts)
             return True
         m = _RE_WAKE.match(msg)
@@ -580,9 +688,13 @@ class _Collector:
             self.last.pop("wake_tags", None)
         if ts is not None:
             event["ts"] = ts
-        self.sleep_events.append(event)
+        self._sleep_event(event)
         self._phase("wake", ts)
         return True
+
+    def _sleep_event(self, event: dict[str, Any]) -> None:
+        self.sleep_events.append(event)
+        self.sleep_seen += 1
 
     def _sleep_freed(self, msg: str, ts: str | None, _proc: str | None) -> bool:
         m = _RE_SLEEP_FREED.match(msg)
@@ -611,8 +723,21 @@ class _Collector:
                     entry[spec[0]] = spec[1](value)
                 except ValueError:  # e.g. "1.0" for an int field
                     entry[spec[0]] = spec[1](float(value))
-        self.stats.append(entry)
+        self._add_stats(entry)
         return True
+
+    def _add_stats(self, entry: dict[str, Any]) -> None:
+        self.stats.append(entry)
+        self.stats_seen += 1
+        self._note_hits(entry)
+
+    def _note_hits(self, entry: dict[str, Any]) -> None:
+        """Keep the hit rates of the newest stats line that has them (entries may be dropped)."""
+        for out_key, fields in _LAST_HIT_FIELDS:
+            for field in fields:
+                if field in entry:
+                    self.last_hit[out_key] = entry[field]
+                    break
 
     def _v0_prefix_hit(self, msg: str, ts: str | None, _proc: str | None) -> bool:
         m = _RE_V0_PREFIX_HIT.match(msg)
@@ -621,9 +746,10 @@ class _Collector:
         last = self.stats[-1] if self.stats else None
         if last is None or "gpu_prefix_hit_pct_v0" in last:
             last = {"ts": ts} if ts is not None else {}
-            self.stats.append(last)
+            self._add_stats(last)
         last["gpu_prefix_hit_pct_v0"] = float(m.group(1))
         last["cpu_prefix_hit_pct_v0"] = float(m.group(2))
+        self._note_hits(last)
         return True
 
     def _api_ready(self, msg: str, ts: str | None, _proc: str | None) -> bool:
@@ -735,18 +861,12 @@ class _Collector:
             if key in self.last:
                 out[key] = self.last[key]
         if self.sleep_events:
-            out["sleep_events"] = self.sleep_events
-        out["stats"] = self.stats
-        out["stats_count"] = len(self.stats)
-        for out_key, fields in (
-            ("last_prefix_cache_hit_pct", ("prefix_hit_pct_rolling1000", "gpu_prefix_hit_pct_v0")),
-            ("last_external_prefix_cache_hit_pct", ("external_prefix_hit_pct_rolling1000",)),
-        ):
-            for entry in reversed(self.stats):
-                found = next((entry[f] for f in fields if f in entry), None)
-                if found is not None:
-                    out[out_key] = found
-                    break
+            out["sleep_events"] = list(self.sleep_events)
+        out["stats"] = list(self.stats)
+        out["stats_count"] = self.stats_seen
+        for out_key, _fields in _LAST_HIT_FIELDS:
+            if out_key in self.last_hit:
+                out[out_key] = self.last_hit[out_key]
         if self.shutdown:
             out["shutdown_seen"] = True
         if self.phase_ts:
@@ -755,6 +875,11 @@ class _Collector:
         if self.errors_after_shutdown:
             out["errors_after_shutdown"] = sorted(self.errors_after_shutdown)
         out["missing"] = self._missing(out)
+        self.truncated["stats"] = self.stats_seen - len(self.stats)
+        self.truncated["sleep_events"] = self.sleep_seen - len(self.sleep_events)
+        truncated = {key: n for key, n in self.truncated.items() if n}
+        if truncated:
+            out["truncated"] = truncated
         return out
 
     def _missing(self, out: dict[str, Any]) -> list[str]:
@@ -775,64 +900,274 @@ class _Collector:
         return missing
 
 
-def _iter_candidates(text: str) -> Iterator[str]:
-    """Yield the lines (split on ``\\n`` and ``\\r``) that contain a keyword."""
-    search = _CANDIDATE.search
-    find = text.find
-    rfind = text.rfind
-    n = len(text)
-    pos = 0
-    while True:
-        m = search(text, pos)
-        if m is None:
-            return
-        hit = m.start()
-        start = rfind("\n", 0, hit) + 1
-        cr = rfind("\r", start, hit)
-        if cr >= 0:
-            start = cr + 1
-        end = find("\n", m.end())
-        if end < 0:
-            end = n
-        cr = find("\r", m.end(), end)
-        if cr >= 0:
-            end = cr
-        yield text[start:end]
-        pos = end + 1
+# ----------------------------------------------------------------------------------------------
+# Reading: bounded chunks of whole lines
+
+
+class _LineChunks:
+    """Chunks of whole lines (about :data:`_CHUNK` bytes each) read from a binary stream.
+
+    A line with no newline within :data:`LINE_MAX` bytes is cut there (the rest is skipped up
+    to its newline, ``long_lines`` counts it). ``limit`` caps the bytes read (a gzip stream's
+    decompressed size); ``seen_text`` tells whether any non-whitespace byte was read.
+    """
+
+    def __init__(
+        self,
+        stream: IO[bytes],
+        source: str,
+        *,
+        limit: int | None = None,
+        gzipped: bool = False,
+        binary_check: bool = False,
+    ) -> None:
+        self.stream = stream
+        self.source = source
+        self.limit = limit
+        self.gzipped = gzipped
+        self.binary_check = binary_check
+        self.total = 0
+        self.long_lines = 0
+        self.seen_text = False
+
+    def _read(self) -> bytes:
+        try:
+            data = self.stream.read(_CHUNK)
+        except (OSError, EOFError, zlib.error) as exc:
+            if self.gzipped:
+                raise LogInputError(self.source, f"corrupt gzip file: {exc}") from exc
+            raise LogInputError(self.source, f"cannot read file: {exc.strerror or exc}") from exc
+        self.total += len(data)
+        if self.limit is not None and self.total > self.limit:
+            raise LogInputError(
+                self.source,
+                f"gzip data inflates past {_size(self.limit)}, the limit for a compressed log "
+                f"(set {GUNZIP_LIMIT_ENV} to raise it)",
+            )
+        if not self.seen_text and data.strip():
+            if self.binary_check and self.total == len(data) and b"\x00" in data[:_SNIFF]:
+                raise LogInputError(self.source, "binary file: no vLLM log lines found")
+            self.seen_text = True
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        carry = b""
+        skipping = False
+        while True:
+            data = self._read()
+            if not data:
+                break
+            if skipping:  # the rest of a cut line
+                nl = data.find(b"\n")
+                if nl < 0:
+                    continue
+                data = data[nl + 1 :]
+                skipping = False
+            buf = carry + data if carry else data
+            cut = buf.rfind(b"\n")
+            if cut >= 0:
+                carry = buf[cut + 1 :]
+                yield buf[: cut + 1]
+            elif len(buf) > LINE_MAX:
+                if self.binary_check and b"\x00" in buf:
+                    raise LogInputError(self.source, f"binary data after byte {self.total - len(buf)}: not a text log")
+                self.long_lines += 1
+                carry = b""
+                skipping = True
+                yield buf[:LINE_MAX] + b"\n"
+            else:
+                carry = buf
+        if carry:
+            yield carry
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} bytes"
+
+
+# ----------------------------------------------------------------------------------------------
+# Keyword lines, line timestamps
+
+
+def _keyword_lines(chunk: bytes, keywords: Searches = _KW_BYTES) -> list[tuple[int, int]]:
+    """``(start, end)`` offsets, in order, of the lines of ``chunk`` (split on ``\\n``) that hold a keyword."""
+    spans: dict[int, int] = {}
+    find = chunk.find
+    rfind = chunk.rfind
+    size = len(chunk)
+    searches, literals = keywords
+    for search in searches:
+        pos = 0
+        while (m := search(chunk, pos)) is not None:
+            end = find(b"\n", m.end())
+            spans[rfind(b"\n", 0, m.start()) + 1] = size if end < 0 else end
+            if end < 0:
+                break
+            pos = end + 1
+    for word in literals:
+        hit = find(word)
+        while hit >= 0:
+            end = find(b"\n", hit)
+            spans[rfind(b"\n", 0, hit) + 1] = size if end < 0 else end
+            if end < 0:
+                break
+            hit = find(word, end)
+    return sorted(spans.items())
+
+
+def _has_keyword(text: str) -> bool:
+    return any(search(text) is not None for search in _KW_SEARCH_STR) or any(w in text for w in _KW_LITERALS_STR)
 
 
 def _clean(chunk: str) -> str:
     return _ANSI.sub("", chunk) if "\x1b" in chunk else chunk
 
 
-def _edge_ts(text: str) -> tuple[str, str, bool] | None:
-    """First and last timestamps of lines carrying vLLM's prefix, and whether they have ms.
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
 
-    Looks at a growing window at each end of the text (ANSI codes removed there only).
-    """
-    n = len(text)
-    window = 1 << 16
-    while True:
-        first = _PREFIX_ML.search(_clean(text[:window]))
-        if first is not None or window >= n:
-            break
-        window *= 8
-    if first is None:
+
+# Where a line may carry vLLM's prefix: its "MM-DD HH:MM:SS" (a pattern that starts with a literal
+# byte, the fast scan in ``re``; ANSI codes are assumed not to split a timestamp).
+_TS_SHAPE = re.compile(rb":\d\d:\d\d(?<=\d\d-\d\d \d\d:\d\d:\d\d)")
+_WALK = 16  # lines looked at one by one at each end of a chunk before the timestamp scan
+
+
+def _forward_lines(chunk: bytes) -> Iterator[tuple[int, int]]:
+    """Line spans of ``chunk`` from the start: the first :data:`_WALK`, then those with a timestamp."""
+    size = len(chunk)
+    start = 0
+    for _ in range(_WALK):
+        if start >= size:
+            return
+        end = chunk.find(b"\n", start)
+        end = size if end < 0 else end
+        yield start, end
+        start = end + 1
+    pos = start
+    while pos < size and (m := _TS_SHAPE.search(chunk, pos)) is not None:
+        end = chunk.find(b"\n", m.end())
+        end = size if end < 0 else end
+        yield chunk.rfind(b"\n", 0, m.start()) + 1, end
+        pos = end + 1
+
+
+def _backward_lines(chunk: bytes) -> Iterator[tuple[int, int]]:
+    """Line spans of ``chunk`` from the end: the last :data:`_WALK`, then those with a timestamp."""
+    end = len(chunk) - 1 if chunk.endswith(b"\n") else len(chunk)
+    for _ in range(_WALK):
+        if end < 0:
+            return
+        start = chunk.rfind(b"\n", 0, end) + 1
+        yield start, end
+        end = start - 1
+    if end < 0:
+        return
+    starts = sorted({chunk.rfind(b"\n", 0, m.start()) + 1 for m in _TS_SHAPE.finditer(chunk, 0, end)})
+    for start in reversed(starts):
+        stop = chunk.find(b"\n", start)
+        yield start, end if stop < 0 else stop
+
+
+class _Edges:
+    """First and last timestamps of the lines that carry vLLM's prefix (after unwrapping)."""
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self.last: str | None = None
+
+    @staticmethod
+    def _ts(raw: bytes, strip: Strip | None) -> str | None:
+        text = _decode(raw[:LINE_MAX])
+        if strip is not None:
+            inner = strip(text)
+            if inner is not None:
+                text = inner
+        text = _clean(text)
+        m = _PREFIX_FAST.match(text) or _PREFIX.match(text)
+        return m.group("ts") if m is not None else None
+
+    def _find(self, chunk: bytes, spans: Iterator[tuple[int, int]], strip: Strip | None) -> str | None:
+        for start, end in spans:
+            ts = self._ts(chunk[start:end], strip)
+            if ts is not None:
+                return ts
         return None
-    last = first
-    window = 1 << 16
-    while window < n:
-        cut = text.find("\n", n - window)
-        found = deque(_PREFIX_ML.finditer(_clean(text[cut + 1 :] if cut >= 0 else "")), maxlen=1)
-        if found:
-            last = found[0]
-            break
-        window *= 8
-    else:
-        found = deque(_PREFIX_ML.finditer(_clean(text)), maxlen=1)
-        last = found[0] if found else first
-    raw = first.group("ts")
-    return _norm_ts(raw), _norm_ts(last.group("ts")), len(raw) > 14
+
+    def scan(self, chunk: bytes, strip: Strip | None) -> None:
+        """Look at ``chunk`` (whole lines): the first prefixed line until one is found, then the last."""
+        if self.first is None:
+            self.first = self._find(chunk, _forward_lines(chunk), strip)
+            if self.first is None:
+                return
+        last = self._find(chunk, _backward_lines(chunk), strip)
+        if last is not None:
+            self.last = last
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing a stream
+
+
+def _parse_stream(lines: _LineChunks, source: str, *, check_empty: bool) -> dict[str, Any]:
+    collector = _Collector()
+    feed = collector.feed
+    edges = _Edges()
+    wrapper: Wrapper | None = None
+    strip: Strip | None = None
+    pending: dict[bytes, bytes] = {}  # CRI partial records per stream
+    cut_lines = 0
+    for whole_lines in lines:
+        chunk = whole_lines
+        if wrapper is None:
+            sample = chunk[: _DETECT_LINES * 1024].split(b"\n", _DETECT_LINES)[:_DETECT_LINES]
+            wrapper = detect([_decode(line[:LINE_MAX]) for line in sample])
+            strip = None if wrapper is NONE else wrapper.strip
+        if wrapper.name == "kubernetes-cri" and (pending or b" stdout P " in chunk or b" stderr P " in chunk):
+            chunk = rejoin_cri(chunk, pending, LINE_MAX)
+        edges.scan(chunk, strip)
+        # After the first shutdown line, later ones cannot change the record: their keywords go.
+        for start, end in _keyword_lines(chunk, _KW_BYTES_AFTER_SHUTDOWN if collector.shutdown else _KW_BYTES):
+            stop = end
+            if end - start > LINE_MAX:
+                cut_lines += 1
+                stop = start + LINE_MAX
+            text = chunk[start:stop].decode("utf-8", "replace")
+            if strip is not None:
+                inner = strip(text)
+                if inner is not None:
+                    text = inner
+                    if "\n" in text:  # a JSON payload may hold several lines
+                        text = text.replace("\n", "\r")
+            if "\r" in text:
+                for part in text.split("\r"):
+                    if part and _has_keyword(part):
+                        feed(_clean(part))
+            elif "\x1b" in text:
+                feed(_ANSI.sub("", text))
+            else:
+                feed(text)
+    for rest in pending.values():  # partial records never ended by a full one
+        for part in _LINE_SPLIT.split(_decode(rest)):
+            if part and _has_keyword(part):
+                feed(_clean(part))
+    if check_empty and not lines.seen_text:
+        raise LogInputError(source, "empty file: no vLLM log lines found")
+    wrapper = wrapper or NONE
+    if edges.first is None and collector.evidence == 0:
+        found = "" if wrapper is NONE else f" (read as a {wrapper.name} log)"
+        raise ParseError(source, f"no vLLM log lines found{found}")
+    out: dict[str, Any] = {"wrapper": wrapper.name}
+    if edges.first is not None:
+        last = edges.last or edges.first
+        out["first_ts"], out["last_ts"], out["ts_has_ms"] = _norm_ts(edges.first), _norm_ts(last), len(edges.first) > 14
+    collector.truncated["long_lines"] += lines.long_lines + cut_lines
+    out.update(collector.result())
+    log.debug("%s: %d stats lines, errors=%s", source, out["stats_count"], out["errors"])
+    return out
 
 
 def parse_log_text(text: str, *, source: str = "<text>") -> dict[str, Any]:
@@ -840,38 +1175,67 @@ def parse_log_text(text: str, *, source: str = "<text>") -> dict[str, Any]:
 
     Raises :class:`ParseError` (naming ``source``) when no vLLM log line is found.
     """
-    collector = _Collector()
-    feed = collector.feed
-    for line in _iter_candidates(text):
-        feed(_ANSI.sub("", line) if "\x1b" in line else line)
-    edges = _edge_ts(text)
-    if edges is None and collector.evidence == 0:
-        raise ParseError(source, "no vLLM log lines found")
-    out: dict[str, Any] = {}
-    if edges is not None:
-        out["first_ts"], out["last_ts"], out["ts_has_ms"] = edges
-    out.update(collector.result())
-    log.debug("%s: %d stats lines, errors=%s", source, out["stats_count"], out["errors"])
-    return out
+    stream = io.BytesIO(text.encode("utf-8", errors="surrogatepass"))
+    return _parse_stream(_LineChunks(stream, source), source, check_empty=False)
+
+
+def _gunzip_limit() -> int:
+    raw = os.environ.get(GUNZIP_LIMIT_ENV, "").strip()
+    if not raw:
+        return MAX_GUNZIP_BYTES
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        log.warning("ignoring %s=%r: not a whole number of bytes", GUNZIP_LIMIT_ENV, raw)
+        return MAX_GUNZIP_BYTES
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _open_regular(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading if it is a regular file (never blocks on a FIFO or device)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise LogInputError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+            raise LogInputError(str(path), f"cannot read file: {what}, not a regular file")
+        if flags & getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def parse_log_file(path: Path) -> dict[str, Any]:
-    """Read and parse a vLLM log file (plain or gzip-compressed).
+    """Read and parse a vLLM log file (plain or gzip-compressed), streaming it line by line.
 
-    Raises :class:`ParseError` when the file is unreadable, empty, binary, or not a vLLM log.
+    Raises :class:`LogInputError` (a :class:`ParseError`) when the file is not a regular file,
+    unreadable, empty, binary or a gzip stream that inflates past the limit, and
+    :class:`ParseError` when it is not a vLLM log.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ParseError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
-    if data[:2] == b"\x1f\x8b":
+    source = str(path)
+    with _open_regular(path) as raw:
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ParseError(str(path), f"corrupt gzip file: {exc}") from exc
-    if not data.strip():
-        raise ParseError(str(path), "empty file: no vLLM log lines found")
-    if b"\x00" in data[:65536]:
-        raise ParseError(str(path), "binary file: no vLLM log lines found")
-    return parse_log_text(data.decode("utf-8", errors="replace"), source=str(path))
+            head = raw.read(2)
+            raw.seek(0)
+        except OSError as exc:
+            raise LogInputError(source, f"cannot read file: {exc.strerror or exc}") from exc
+        if head == b"\x1f\x8b":
+            with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+                lines = _LineChunks(unzipped, source, limit=_gunzip_limit(), gzipped=True, binary_check=True)
+                return _parse_stream(lines, source, check_empty=True)
+        return _parse_stream(_LineChunks(raw, source, binary_check=True), source, check_empty=True)
