@@ -13,7 +13,10 @@ machine the client takes one core, so the figures are a floor for a node with mo
    modelled costs, so every millisecond of TTFT is overhead (HTTP, tokenizer, scheduler, client).
    Distortion = mean TTFT at R - mean TTFT at a low rate.
 
-Both report the largest load level whose distortion stays within 5 ms.
+Both report the largest load level whose distortion stays within 5 ms. The stand-in tokenizes with the
+made model's ``tokenizer.json`` (``tokenizers``); ``--prompt-words N`` puts N words of English text in
+front of every prompt (N=100 is about a GuideLLM 128-token prompt), so the tokenizer's cost shows.
+The summary names the tokenizer the server used (``/v1/models``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ sys.path.insert(0, str(REPO))
 from nodetools.standin.cli import make_model  # noqa: E402  (after the repo is on sys.path)
 
 LIMIT_S = 0.005
+_FILLER = ("the page cache holds the weights while the compile cache holds the graphs and every request sends "
+           "its whole history again so a rehearsal must count tokens as the model does")
 PROBERS = 5  # parallel probe loops: enough samples for a mean within ~0.5 ms
 STARTUP_KNOBS = {"STANDIN_PROCESS_START_S": "0", "STANDIN_MODEL_INIT_S": "0", "STANDIN_DYNAMO_S": "0",
                  "STANDIN_COMPILE_MISS_S": "0", "STANDIN_COMPILE_HIT_S": "0", "STANDIN_PROFILE_S": "0",
@@ -60,7 +65,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, **STARTUP_KNOBS, "STANDIN_DECODE_S_PER_TOKEN": str(decode_s),
                "VLLM_CACHE_ROOT": str(workdir / "cache"), "STANDIN_JIT_DIR": str(workdir / "jit"),
-               "PYTHONPATH": str(REPO)}
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         self.log = (workdir / f"server-{self.port}.log").open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nodetools.standin", "serve", str(model), "--host", "127.0.0.1", "--port",
@@ -78,6 +83,12 @@ class Server:
             await asyncio.sleep(0.05)
         raise RuntimeError("stand-in did not start")
 
+    async def tokenizer(self, session: aiohttp.ClientSession) -> str:
+        async with session.get(self.url + "/v1/models") as resp:
+            card = (await resp.json())["data"][0]
+        info = card.get("standin_tokenizer") or {"kind": "regex (a stand-in that does not report it)"}
+        return str(info["kind"]) + (f" vocab {info['vocab_size']}" if "vocab_size" in info else "")
+
     async def step_lag(self, session: aiohttp.ClientSession) -> tuple[float, float]:
         async with session.get(self.url + "/metrics") as resp:
             text = await resp.text()
@@ -93,6 +104,11 @@ class Server:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(30)
         self.log.close()
+
+
+def _filler(words: int) -> str:
+    vocabulary = _FILLER.split()
+    return "".join(vocabulary[i % len(vocabulary)] + " " for i in range(words))
 
 
 async def _stream(session: aiohttp.ClientSession, url: str, max_tokens: int, prompt: str) -> float:
@@ -113,7 +129,7 @@ def _session() -> aiohttp.ClientSession:
                                  timeout=aiohttp.ClientTimeout(total=600))
 
 
-async def bench_streams(server: Server, decode_s: float, levels: list[int], probes: int
+async def bench_streams(server: Server, decode_s: float, levels: list[int], probes: int, prefix: str = ""
                         ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     async with _session() as session:
@@ -124,7 +140,7 @@ async def bench_streams(server: Server, decode_s: float, levels: list[int], prob
             async def background(i: int, stop: asyncio.Event = stop) -> None:
                 await asyncio.sleep(random.random() * decode_s * 20)  # spread the starts
                 while not stop.is_set():
-                    await _stream(session, server.url, 200, f"background stream {i}")
+                    await _stream(session, server.url, 200, prefix + f"background stream {i}")
 
             tasks = [asyncio.create_task(background(i)) for i in range(n)]
             await asyncio.sleep(max(1.0, decode_s * 40))
@@ -135,7 +151,7 @@ async def bench_streams(server: Server, decode_s: float, levels: list[int], prob
                 # A random pause makes the arrival phase within a step uniform: the model's mean is 1.5 D.
                 for k in range(probes // PROBERS):
                     await asyncio.sleep(random.random() * decode_s * 3)
-                    ttfts.append(await _stream(session, server.url, 2, f"probe {n} {w} {k}"))
+                    ttfts.append(await _stream(session, server.url, 2, prefix + f"probe {n} {w} {k}"))
 
             await asyncio.gather(*(prober(w) for w in range(PROBERS)))
             lag1 = await server.step_lag(session)
@@ -153,7 +169,7 @@ async def bench_streams(server: Server, decode_s: float, levels: list[int], prob
     return rows
 
 
-async def bench_rate(server: Server, rates: list[float], seconds: float) -> list[dict[str, Any]]:
+async def bench_rate(server: Server, rates: list[float], seconds: float, prefix: str = "") -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     async with _session() as session:
         await server.ready(session)
@@ -164,7 +180,7 @@ async def bench_rate(server: Server, rates: list[float], seconds: float) -> list
             tasks = []
             while next_at - start < seconds:
                 await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-                prompt = f"request {len(tasks)} at {rate}"
+                prompt = prefix + f"request {len(tasks)} at {rate}"
                 tasks.append(asyncio.create_task(_stream(session, server.url, 4, prompt)))
                 next_at += random.expovariate(rate)
             ttfts = list(await asyncio.gather(*tasks))
@@ -193,6 +209,11 @@ def _within(rows: list[dict[str, Any]], key: str) -> Any:
     return max(ok) if ok else None
 
 
+async def _tokenizer_of(server: Server) -> str:
+    async with _session() as session:
+        return await server.tokenizer(session)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decode-s", type=float, default=0.02, help="modelled seconds per decode step")
@@ -202,37 +223,47 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each request-rate level")
     parser.add_argument("--no-access-log", action="store_true",
                         help="start it with --disable-uvicorn-access-log (campaigns keep the access lines)")
+    parser.add_argument("--prompt-words", type=int, default=0,
+                        help="words of English text in front of every prompt (default 0: prompts of ~5 tokens)")
+    parser.add_argument("--model", type=Path, help="serve this model folder (default: make one with make-model)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    prefix = _filler(args.prompt_words)
     random.seed(1)
     extra = ["--disable-uvicorn-access-log"] if args.no_access_log else []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        make_model(work / "model", size_mib=4, shards=1, max_position_embeddings=4096)
+        model = args.model or work / "model"
+        if args.model is None:
+            make_model(model, size_mib=4, shards=1, max_position_embeddings=4096)
         streams: list[dict[str, Any]] = []
         rates: list[dict[str, Any]] = []
+        tokenizer = "-"
         if args.streams:
             print(f"Concurrent streams (decode {args.decode_s * 1e3:.0f} ms/token, 200-token streams):")
-            server = Server(work, work / "model", args.decode_s, extra)
+            server = Server(work, model, args.decode_s, extra)
             try:
                 streams = asyncio.run(bench_streams(server, args.decode_s,
-                                                    [int(x) for x in args.streams.split(",")], args.probes))
+                                                    [int(x) for x in args.streams.split(",")], args.probes, prefix))
             finally:
                 server.stop()
         if args.rates:
             print("Request rate (4-token streaming requests, zero modelled cost):")
-            server = Server(work, work / "model", 0.0, extra)
+            server = Server(work, model, 0.0, extra)
             try:
                 levels = [float(x) for x in args.rates.split(",")]
-                rates = asyncio.run(bench_rate(server, levels, args.seconds))
+                rates = asyncio.run(bench_rate(server, levels, args.seconds, prefix))
+                tokenizer = asyncio.run(_tokenizer_of(server))
             finally:
                 server.stop()
-    summary = {"engine": "stand-in", "cpu_count": os.cpu_count(), "limit_ms": LIMIT_S * 1e3,
+    summary = {"engine": "stand-in", "tokenizer": tokenizer, "prompt_words": args.prompt_words,
+               "cpu_count": os.cpu_count(), "limit_ms": LIMIT_S * 1e3,
                "access_log": not args.no_access_log, "max_streams_within_limit": _within(streams, "streams"),
                "max_rps_within_limit": _within(rates, "offered_rps"), "streams": streams, "rates": rates}
     print(f"Within {LIMIT_S * 1e3:.0f} ms of TTFT distortion: "
           f"{summary['max_streams_within_limit']} concurrent streams, "
-          f"{summary['max_rps_within_limit']} requests/s (cpu_count={os.cpu_count()}).")
+          f"{summary['max_rps_within_limit']} requests/s (cpu_count={os.cpu_count()}, tokenizer {tokenizer}, "
+          f"prompt words {args.prompt_words}).")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
     return 0

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PRESETS", "MakeError", "Qwen3Shape", "main", "make_model"]
+__all__ = ["PRESETS", "MakeError", "Qwen3Shape", "main", "make_model", "write_tokenizer"]
 
 MAKER = "nodetools.model_maker"
 ARCHITECTURE = "Qwen3ForCausalLM"
@@ -307,6 +307,19 @@ def _write_tokenizer(folder: Path, s: Qwen3Shape, seed: int) -> int:
         },
     )
     return int(tokenizer.get_vocab_size())
+
+
+def write_tokenizer(folder: Path, vocab_size: int, max_position_embeddings: int, seed: int = 0) -> int:
+    """Write only the tokenizer files (``tokenizer.json``, ``tokenizer_config.json`` with the chat template,
+    ``special_tokens_map.json``) into ``folder``, as ``make_model`` does; returns the vocabulary size.
+
+    The engine stand-in's ``make-model`` uses it, so its folders tokenize like a rehearsal model's.
+    """
+    if vocab_size < _MIN_VOCAB:
+        raise MakeError(f"vocab_size ({vocab_size}) must be at least {_MIN_VOCAB}")
+    _require_tokenizers()
+    shape = replace(PRESETS["qwen3-tiny"], vocab_size=vocab_size, max_position_embeddings=max_position_embeddings)
+    return _write_tokenizer(folder, shape, seed)
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -132,14 +132,20 @@ class QualityCheck:
 
     async def _document(self, tok: ServerTokenizer) -> tuple[str, int]:
         lines = [f"Depot {d.name} holds {d.count} crates of {d.item}." for d in self.depots]
+        head, tail = "Inventory report. Each depot line below states how many crates that depot holds.", \
+            "End of the inventory report."
         filler = TextSource(f"quality-doc:{self.spec.seed}")
-        await tok.count_text(filler.text(2000))  # calibrates characters per token
-        room = max(0, int(self.spec.doc_tokens / tok.tokens_per_char) - sum(len(line) for line in lines))
+        # Names and numbers take more tokens per character than prose: count the fixed lines and a
+        # filler sample apart, and fill what the lines leave of the budget.
+        sample = filler.text(2000)
+        filler_per_char = await tok.count_text(sample) / max(1, len(sample))
+        fixed = await tok.count_text("\n\n".join([head, *lines, tail]))
+        room = max(0, int((self.spec.doc_tokens - fixed) / max(filler_per_char, 1e-3)))
         per_line = room // (len(lines) + 1)
-        parts = ["Inventory report. Each depot line below states how many crates that depot holds."]
+        parts = [head]
         for line in lines:
             parts.extend((filler.text(per_line)[:per_line].rsplit(" ", 1)[0], line))
-        parts.append("End of the inventory report.")
+        parts.append(tail)
         doc = "\n\n".join(p for p in parts if p)
         return doc, await tok.count_text(doc)
 

@@ -74,6 +74,20 @@ async def sized_text(tok: ServerTokenizer, source: TextSource, tokens: int, tole
     return text, count
 
 
+def _shorten(messages: list[dict[str, str]], chars: int, keep: int = 40) -> None:
+    """Take ``chars`` characters off the end of the conversation: from the last message down to
+    ``keep`` characters, then from the one before it (a first estimate of characters per token can
+    overshoot by more than the last message holds)."""
+    for message in reversed(messages):
+        if chars <= 0:
+            return
+        content = message["content"]
+        take = min(chars, len(content) - keep)
+        if take > 0:
+            message["content"] = _cut(content, len(content) - take)
+            chars -= take
+
+
 @dataclass
 class SizedHistory:
     messages: list[dict[str, str]]
@@ -103,7 +117,7 @@ async def build_history(tok: ServerTokenizer, source: TextSource, tokens: int, e
         if chars < 0 and len(last) + chars < 40 and len(messages) > 2:
             messages = messages[:-2]  # drop the last exchange; the next round extends what is left
         elif chars < 0:
-            messages[-1]["content"] = _cut(last, len(last) + chars)
+            _shorten(messages, -chars)
         else:
             messages[-1]["content"] = last + " " + _cut(source.text(chars), chars)
         count = await tok.count_messages(messages, add_generation_prompt=False)

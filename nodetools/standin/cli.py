@@ -29,6 +29,7 @@ from nodetools.standin.config import (
     resolve_offload,
 )
 from nodetools.standin.server import serve
+from nodetools.standin.tokenizer import DEFAULT_TOKENIZER_VOCAB, TOKENIZER_FILES, make_tokenizer_files
 from nodetools.standin.vllm_log import setup_logging
 
 __all__ = ["build_serve_parser", "main", "make_model", "parse_serve_args"]
@@ -176,6 +177,8 @@ def parse_serve_args(argv: Sequence[str], environ: dict[str, str]) -> ServeConfi
         parser.error(str(exc))
     if knobs.log_style not in ("0.24", "legacy"):
         parser.error(f"{knob_flag('log_style')} must be 0.24 or legacy, not {knobs.log_style!r}")
+    if knobs.tokenizer not in ("auto", "regex"):
+        parser.error(f"{knob_flag('tokenizer')} must be auto or regex, not {knobs.tokenizer!r}")
     if knobs.offload_policy not in ("write-through", "victim"):
         parser.error(f"{knob_flag('offload_policy')} must be write-through or victim")
     if ns.block_size <= 0 or ns.tensor_parallel_size <= 0:
@@ -216,8 +219,16 @@ def parse_serve_args(argv: Sequence[str], environ: dict[str, str]) -> ServeConfi
     )
 
 
-def make_model(directory: Path, size_mib: int, shards: int, max_position_embeddings: int) -> list[Path]:
-    """Write a weights-only model the stand-in can load: safetensors shards and a config.json."""
+def make_model(directory: Path, size_mib: int, shards: int, max_position_embeddings: int,
+               vocab_size: int = DEFAULT_TOKENIZER_VOCAB) -> list[Path]:
+    """Write a model the stand-in can load: safetensors shards, a tokenizer and a config.json.
+
+    The tokenizer is the model maker's (``tokenizer.json``, ``tokenizer_config.json`` with a ChatML chat
+    template, ``special_tokens_map.json``), so clients that count with the model's tokenizer agree with
+    the stand-in; a ``tokenizer.json`` already in ``directory`` is kept. Without the ``tokenizers``
+    package it is skipped with a warning on stderr (the stand-in then counts with regex word pieces).
+    Returns the files written.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     block = os.urandom(2**20)
     per_shard = max(1, size_mib * 2**20 // shards)
@@ -235,23 +246,38 @@ def make_model(directory: Path, size_mib: int, shards: int, max_position_embeddi
                 out.write(block[: min(left, len(block))])
                 left -= len(block)
         written.append(path)
-    (directory / "config.json").write_text(json.dumps({
-        "architectures": ["StandinForCausalLM"], "model_type": "standin",
-        "max_position_embeddings": max_position_embeddings}, indent=2) + "\n")
-    return written
+    config: dict[str, Any] = {"architectures": ["StandinForCausalLM"], "model_type": "standin",
+                              "max_position_embeddings": max_position_embeddings}
+    if (directory / "tokenizer.json").is_file():
+        sys.stderr.write(f"{PROG} make-model: keeping the tokenizer.json already in {directory}\n")
+    else:
+        try:
+            config["vocab_size"] = make_tokenizer_files(directory, vocab_size, max_position_embeddings)
+            written += [directory / name for name in TOKENIZER_FILES]
+        except ImportError as exc:
+            sys.stderr.write(f"{PROG} make-model: no tokenizer written ({exc}); the stand-in will count tokens "
+                             "with regex word pieces, not a real tokenizer\n")
+    # config.json last: playbooks make the model when it is missing.
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return [*written, directory / "config.json"]
 
 
 def _main_make_model(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} make-model",
-                                     description="Write a random-weights model directory for the stand-in.")
+                                     description="Write a random-weights model directory for the stand-in, with a "
+                                                 "trained byte-level BPE tokenizer and a chat template.")
     parser.add_argument("directory", type=Path)
     parser.add_argument("--size-mib", type=int, default=64)
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--max-position-embeddings", type=int, default=32768)
+    parser.add_argument("--vocab-size", type=int, default=DEFAULT_TOKENIZER_VOCAB,
+                        help=f"tokenizer vocabulary, special tokens included (default {DEFAULT_TOKENIZER_VOCAB})")
     ns = parser.parse_args(argv)
     if ns.size_mib <= 0 or ns.shards <= 0:
         parser.error("--size-mib and --shards must be positive")
-    for path in make_model(ns.directory, ns.size_mib, ns.shards, ns.max_position_embeddings):
+    if ns.vocab_size < 259:
+        parser.error("--vocab-size must be at least 259 (256 byte tokens and the special tokens)")
+    for path in make_model(ns.directory, ns.size_mib, ns.shards, ns.max_position_embeddings, ns.vocab_size):
         sys.stdout.write(f"{path}\n")
     return 0
 

@@ -99,7 +99,11 @@ class Knobs:
     text_max_tokens: int = _knob(256, "Longest natural answer (tokens, EOS included) without ignore_eos.")
     default_max_model_len: int = _knob(32_768, "Max model length when neither --max-model-len nor the "
                                        "model's config.json gives one.")
-    vocab_size: int = _knob(151_936, "Token ids are in [0, vocab_size).")
+    tokenizer: str = _knob("auto", "`auto`: the model folder's tokenizer.json through the tokenizers library "
+                           "(trained and written first for a make-model folder that lacks one), else the regex "
+                           "word pieces with a warning; `regex`: always the regex word pieces.")
+    vocab_size: int = _knob(151_936, "Token ids are in [0, vocab_size) with the regex word pieces (with "
+                            "tokenizer.json, the tokenizer's own size).")
     # Sleep mode and API server.
     sleep_s: float = _knob(0.3, "Seconds to fall asleep.")
     wake_s: float = _knob(0.1, "Seconds to wake up.")

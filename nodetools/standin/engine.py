@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from nodetools.standin.kvcache import ROOT_HASH, KvCacheManager, hash_blocks
 from nodetools.standin.stats import EngineStats
-from nodetools.standin.textgen import AnswerGenerator, Tokenizer
+from nodetools.standin.textgen import AnswerGenerator, StandinTokenizer
 from nodetools.standin.vllm_log import STYLES, ProcLogger
 
 __all__ = ["Engine", "EngineParams", "EngineRequest", "MemoryFigures", "RequestState"]
@@ -111,7 +111,7 @@ class EngineRequest:
 class Engine:
     """Scheduler loop, KV accounting and sleep state of one stand-in engine."""
 
-    def __init__(self, params: EngineParams, kv: KvCacheManager, *, tokenizer: Tokenizer, stats: EngineStats,
+    def __init__(self, params: EngineParams, kv: KvCacheManager, *, tokenizer: StandinTokenizer, stats: EngineStats,
                  memory: MemoryFigures, log_engine: ProcLogger, log_api: ProcLogger) -> None:
         self.p = params
         self.kv = kv

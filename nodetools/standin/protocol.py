@@ -8,14 +8,16 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from nodetools.standin.textgen import Tokenizer, render_chat
+from nodetools.standin.textgen import StandinTokenizer
 
 __all__ = [
     "ApiError",
     "ChunkTemplate",
     "GenRequest",
     "chat_chunk",
+    "chat_prompt_text",
     "chat_response",
+    "check_prompts",
     "completion_chunk",
     "completion_response",
     "error_body",
@@ -56,6 +58,9 @@ class GenRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    # Prompt texts still to tokenize (the server encodes long ones off the event loop), else None.
+    texts: list[str] | None = None
+    add_special_tokens: bool = True
 
 
 def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
@@ -69,7 +74,8 @@ def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
     return value
 
 
-def _common(body: dict[str, Any], kind: str, prompts: list[list[int]]) -> GenRequest:
+def _common(body: dict[str, Any], kind: str, prompts: list[list[int]], texts: list[str] | None = None,
+            add_special_tokens: bool = True) -> GenRequest:
     n = _int_field(body, "n", 1) or 1
     if n != 1:
         raise ApiError(400, "the engine stand-in serves n=1 only", param="n")
@@ -95,38 +101,63 @@ def _common(body: dict[str, Any], kind: str, prompts: list[list[int]]) -> GenReq
         ignore_eos=bool(body.get("ignore_eos", False)), seed=_int_field(body, "seed", -(2**63)),
         stream=stream, include_usage=bool(options.get("include_usage", False)),
         continuous_usage=bool(options.get("continuous_usage_stats", False)),
+        texts=texts, add_special_tokens=add_special_tokens,
     )
 
 
-def parse_chat(body: Any, tokenizer: Tokenizer) -> GenRequest:
-    if not isinstance(body, dict):
-        raise ApiError(400, "request body must be a JSON object")
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    return default if value is None else bool(value)
+
+
+def chat_prompt_text(body: dict[str, Any], tokenizer: StandinTokenizer) -> str:
+    """The prompt text vLLM renders from a request's messages with the model's chat template."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ApiError(400, "messages must be a non-empty list of objects", param="messages")
-    text = render_chat(messages, bool(body.get("add_generation_prompt", True)))
-    return _common(body, "chat", [tokenizer.encode(text)])
+    extra = body.get("chat_template_kwargs")
+    if extra is not None and not isinstance(extra, dict):
+        raise ApiError(400, "chat_template_kwargs must be an object", param="chat_template_kwargs")
+    try:
+        return tokenizer.render_chat(messages, _flag(body, "add_generation_prompt", True), extra)
+    except ValueError as exc:
+        raise ApiError(400, str(exc), param="messages") from exc
 
 
-def parse_completion(body: Any, tokenizer: Tokenizer) -> GenRequest:
+def parse_chat(body: Any, tokenizer: StandinTokenizer) -> GenRequest:
+    """The request, with its rendered prompt in ``texts``: the caller tokenizes it."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    text = chat_prompt_text(body, tokenizer)
+    # vLLM tokenizes the rendered chat without adding special tokens (the template has them).
+    return _common(body, "chat", [], [text], _flag(body, "add_special_tokens", False))
+
+
+def parse_completion(body: Any) -> GenRequest:
+    """The request; string prompts are left in ``texts`` for the caller to tokenize."""
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object")
     prompt = body.get("prompt")
-    prompts: list[list[int]]
+    special = _flag(body, "add_special_tokens", True)
     if isinstance(prompt, str):
-        prompts = [tokenizer.encode(prompt)]
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return _common(body, "completion", [], [prompt], special)
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        return _common(body, "completion", [], list(prompt), special)
+    prompts: list[list[int]]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
         prompts = [list(prompt)]
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        prompts = [tokenizer.encode(p) for p in prompt]
     elif (isinstance(prompt, list) and prompt
           and all(isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompt)):
         prompts = [list(p) for p in prompt]
     else:
         raise ApiError(400, "prompt must be a string, a list of strings, or token ids", param="prompt")
-    if any(not p for p in prompts):
-        raise ApiError(400, "prompt must not be empty", param="prompt")
     return _common(body, "completion", prompts)
+
+
+def check_prompts(gen: GenRequest) -> None:
+    """After tokenizing: vLLM refuses an empty prompt."""
+    if not gen.prompts or any(not p for p in gen.prompts):
+        raise ApiError(400, "prompt must not be empty", param="messages" if gen.kind == "chat" else "prompt")
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, details: bool) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,9 @@ from nodetools.standin.protocol import (
     ChunkTemplate,
     GenRequest,
     chat_chunk,
+    chat_prompt_text,
     chat_response,
+    check_prompts,
     completion_chunk,
     completion_response,
     error_body,
@@ -47,12 +50,18 @@ from nodetools.standin.startup import (
     run_engine_startup,
 )
 from nodetools.standin.stats import EngineStats, StatsLogger
-from nodetools.standin.textgen import Tokenizer, render_chat
+from nodetools.standin.tokenizer import TokenizerChoice, TokenizerInfo, load_tokenizer
 from nodetools.standin.vllm_log import STYLES, ProcLogger, get_loggers
 
 __all__ = ["serve"]
 
 _JSON_DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+# Prompts longer than this (characters, ~60 tokens) are tokenized in a worker thread, as vLLM's API server
+# does, so they do not stall the engine steps and the other streams (the batch call releases the GIL); the
+# thread hop costs more than encoding a shorter one inline. One worker, so requests reach the engine in the
+# order they arrived: a pool of threads would let a short prompt overtake a long one and turn a round-robin
+# visit order into a shuffled one, which changes what an LRU prefix cache keeps.
+_INLINE_TOKENIZE_CHARS = 256
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -82,14 +91,17 @@ class _UvicornAccessLogger(AbstractAccessLogger):
 class StandinServer:
     """Routes and state of one stand-in serving one model."""
 
-    def __init__(self, cfg: ServeConfig, engine: Engine, max_model_len: int, api: ProcLogger) -> None:
+    def __init__(self, cfg: ServeConfig, engine: Engine, max_model_len: int, api: ProcLogger,
+                 tokenizer_info: TokenizerInfo) -> None:
         self.cfg = cfg
         self.engine = engine
         self.tokenizer = engine.tokenizer
+        self.tokenizer_info = tokenizer_info
         self.max_model_len = max_model_len
         self.api = api
         self.model_name = cfg.served_model_name
         self.created = int(time.time())
+        self._tokenize_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
 
     def routes(self) -> list[web.RouteDef]:
         routes = [
@@ -113,7 +125,8 @@ class StandinServer:
         return web.Response(status=200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return _json({"version": f"{STANDIN_VERSION}+standin", "engine": "stand-in"})
+        return _json({"version": f"{STANDIN_VERSION}+standin", "engine": "stand-in",
+                      "tokenizer": self.tokenizer_info.kind})
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=self.engine.stats.render(), content_type="text/plain",
@@ -129,6 +142,8 @@ class StandinServer:
                             "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
                             "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
                             "organization": "*", "group": None, "is_blocking": False}],
+            # Not in vLLM's card: what the stand-in counts tokens with (the model's tokenizer, or not).
+            "standin_tokenizer": self.tokenizer_info.as_dict(),
         }]})
 
     async def _body(self, request: web.Request) -> Any:
@@ -138,20 +153,24 @@ class StandinServer:
             raise ApiError(400, f"invalid JSON body: {exc}") from exc
 
     async def tokenize(self, request: web.Request) -> web.Response:
+        # vLLM's /tokenize: a prompt is encoded with special tokens, messages render the chat template
+        # and are encoded without (each overridable with add_special_tokens).
         try:
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise ApiError(400, "request body must be a JSON object")
             if "messages" in body:
-                text = render_chat(body["messages"], bool(body.get("add_generation_prompt", True)))
+                text = chat_prompt_text(body, self.tokenizer)
+                special = body.get("add_special_tokens", False)
             elif isinstance(body.get("prompt"), str):
                 text = body["prompt"]
+                special = body.get("add_special_tokens", True)
             else:
                 raise ApiError(400, "give `prompt` (a string) or `messages`", param="prompt")
         except ApiError as err:
             return _error(err)
-        tokens = self.tokenizer.encode(text)
-        token_strs = [self.tokenizer.piece_of(t) for t in tokens] if body.get("return_token_strs") else None
+        tokens = (await self._encode([text], bool(special)))[0]
+        token_strs = self.tokenizer.token_strs(tokens) if body.get("return_token_strs") else None
         return _json({"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens,
                       "token_strs": token_strs})
 
@@ -161,6 +180,9 @@ class StandinServer:
             tokens = body.get("tokens") if isinstance(body, dict) else None
             if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
                 raise ApiError(400, "tokens must be a list of integers", param="tokens")
+            if any(t < 0 or t >= self.tokenizer.vocab_size for t in tokens):
+                raise ApiError(400, f"Token id out of vocabulary [0, {self.tokenizer.vocab_size})",
+                               param="tokens")
         except ApiError as err:
             return _error(err)
         return _json({"prompt": self.tokenizer.decode(tokens)})
@@ -232,7 +254,10 @@ class StandinServer:
             return denied
         try:
             body = await self._body(request)
-            gen = (parse_chat if kind == "chat" else parse_completion)(body, self.tokenizer)
+            gen = parse_chat(body, self.tokenizer) if kind == "chat" else parse_completion(body)
+            if gen.texts is not None:
+                gen.prompts = await self._encode(gen.texts, gen.add_special_tokens)
+            check_prompts(gen)
             reqs = self._submit(gen)
         except ApiError as err:
             return _error(err)
@@ -243,6 +268,13 @@ class StandinServer:
         finally:
             for req in reqs:
                 self.engine.abort(req)  # a no-op once finished; frees a disconnected client's request
+
+    async def _encode(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
+        if sum(len(t) for t in texts) <= _INLINE_TOKENIZE_CHARS:
+            encode = self.tokenizer.encode
+            return [encode(t, add_special_tokens) for t in texts]
+        return await asyncio.get_running_loop().run_in_executor(
+            self._tokenize_pool, self.tokenizer.encode_many, texts, add_special_tokens)
 
     def _usage(self, reqs: list[EngineRequest]) -> dict[str, Any]:
         return usage(sum(len(r.prompt_ids) for r in reqs), sum(len(r.output_ids) for r in reqs),
@@ -364,7 +396,7 @@ def _log_frontend(cfg: ServeConfig, api: ProcLogger, max_model_len: int) -> None
 
 
 def _build_engine(cfg: ServeConfig, result: StartupResult, max_model_len: int, api: ProcLogger,
-                  eng: ProcLogger) -> Engine:
+                  eng: ProcLogger, tok: TokenizerChoice) -> Engine:
     k = cfg.knobs
     tiers: list[HostTier] = []
     if cfg.offload.cpu_bytes:
@@ -382,7 +414,7 @@ def _build_engine(cfg: ServeConfig, result: StartupResult, max_model_len: int, a
                   "enable_prefix_caching": str(cfg.enable_prefix_caching),
                   "cpu_offload_tokens": str(sum(t.capacity_blocks for t in tiers[:1]) * cfg.block_size
                                             if cfg.offload.cpu_bytes else 0)}
-    stats = EngineStats(cfg.served_model_name, kv.has_connector, cache_info)
+    stats = EngineStats(cfg.served_model_name, kv.has_connector, cache_info, tok.info.kind)
     params = EngineParams(
         block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -393,8 +425,7 @@ def _build_engine(cfg: ServeConfig, result: StartupResult, max_model_len: int, a
         seed=cfg.seed, sleep_s=k.sleep_s, wake_s=k.wake_s, log_style=k.log_style,
         crash_after_requests=k.crash_after_requests)
     memory = MemoryFigures(result.model_gib, result.kv_gib, result.graphs_gib, k.sleep_residual_gib)
-    return Engine(params, kv, tokenizer=Tokenizer(k.vocab_size), stats=stats, memory=memory, log_engine=eng,
-                  log_api=api)
+    return Engine(params, kv, tokenizer=tok.tokenizer, stats=stats, memory=memory, log_engine=eng, log_api=api)
 
 
 async def serve(cfg: ServeConfig, environ: dict[str, str]) -> int:
@@ -428,6 +459,9 @@ async def serve(cfg: ServeConfig, environ: dict[str, str]) -> int:
     shown_host = cfg.host or "0.0.0.0"
     api.info("[stand-in] bound %s:%d; it listens once startup completes", shown_host, bound[1])
 
+    # The tokenizer loads (or is made, for an old make-model folder) in a thread while the engine starts.
+    tokenizer_load = asyncio.create_task(asyncio.to_thread(
+        load_tokenizer, cfg.model_path, cfg.knobs.tokenizer, cfg.knobs.vocab_size))
     startup = asyncio.create_task(_startup(cfg, eng, max_model_len, environ))
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait({startup, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -449,8 +483,11 @@ async def serve(cfg: ServeConfig, environ: dict[str, str]) -> int:
         sock.close()
         return 1
 
-    engine = _build_engine(cfg, result, max_model_len, api, eng)
-    server = StandinServer(cfg, engine, max_model_len, api)
+    tok = await tokenizer_load
+    for level, line in tok.log:
+        getattr(api, level)("%s", line)
+    engine = _build_engine(cfg, result, max_model_len, api, eng, tok)
+    server = StandinServer(cfg, engine, max_model_len, api, tok.info)
     engine_task = asyncio.create_task(engine.run())
     await asyncio.sleep(cfg.knobs.api_start_s)
     app = web.Application()

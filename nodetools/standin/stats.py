@@ -41,7 +41,8 @@ class EngineProbe(Protocol):
 class EngineStats:
     """Counters, gauges and rolling hit rates of one engine."""
 
-    def __init__(self, model_name: str, connector: bool, cache_info: dict[str, str]) -> None:
+    def __init__(self, model_name: str, connector: bool, cache_info: dict[str, str],
+                 tokenizer: str = "regex") -> None:
         self.connector = connector
         self.probe: EngineProbe | None = None
         reg = self.registry = Registry(model_name)
@@ -84,8 +85,8 @@ class EngineStats:
         self.e2e = reg.histogram("vllm:e2e_request_latency_seconds",
                                  "Histogram of e2e request latency in seconds.", _E2E_BUCKETS)
         standin = reg.gauge("standin:info", "The engine stand-in: a rehearsal, measuring nothing about vLLM.",
-                            ["engine_kind", "version"])
-        standin.set(1.0, "stand-in", STANDIN_VERSION)
+                            ["engine_kind", "version", "tokenizer"])
+        standin.set(1.0, "stand-in", STANDIN_VERSION, tokenizer)
         self.tier_hits = reg.counter("standin:external_hits_by_tier", "External hit tokens by offload tier.",
                                      ["tier"])
         self.step_lag = reg.histogram(

@@ -112,11 +112,12 @@ def test_preflight_refuses_with_its_numbers_and_starts_nothing(write_campaign: C
     stale.write_bytes(b"\0" * 4096)
     try:
         results = tmp_path / "results"
-        assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results)]) == 0
+        # A refusal of the campaign's own settings measured nothing: exit 3, never a green 0.
+        assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results)]) == 3
     finally:
         stale.unlink(missing_ok=True)
     (row,) = rows(results, "offload.csv")
-    assert row["status"] == "skipped"
+    assert row["status"] == "refused"
     reason = row["reason"]
     assert reason.startswith("preflight refused: host RAM: 2 engine copies x 4,096 GiB offload x safety 2 = "
                              "16384.0 GiB needed on this host, but only ")

@@ -304,6 +304,20 @@ def test_a_killed_makes_temporary_folder_is_removed_by_the_next_make(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
+def test_write_tokenizer_alone_writes_the_made_models_tokenizer_files(
+    made: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The engine stand-in's make-model writes its tokenizer with this: the same files make_model writes."""
+    folder, result = made
+    cfg = json.loads((folder / "config.json").read_text())
+    size = model_maker.write_tokenizer(tmp_path, cfg["vocab_size"], cfg["max_position_embeddings"], seed=0)
+    assert size == result["tokenizer_vocab_size"]
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        assert (tmp_path / name).read_bytes() == (folder / name).read_bytes(), name
+    with pytest.raises(model_maker.MakeError, match="vocab_size"):
+        model_maker.write_tokenizer(tmp_path / "small", 100, 4096)
+
+
 def test_the_engine_standin_serves_the_made_model(made: tuple[Path, dict[str, Any]], standin: Start) -> None:
     server = standin()
     response = httpx.post(

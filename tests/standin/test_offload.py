@@ -22,12 +22,13 @@ TURNS = 3
 # 1,000 GPU blocks; the host tier counts 1 KiB per token so 0.05 GiB holds ~52k tokens (> 21k live).
 GPU_FLAGS = ("--num-gpu-blocks-override", "1000", "--max-model-len", "4096")
 ENV = {"STANDIN_OFFLOAD_BYTES_PER_TOKEN": "1024", "VLLM_LOG_STATS_INTERVAL": "1"}
+TOP_ID = 8000  # token ids must be in the made model's vocabulary (8,192), as vLLM requires
 
 
 def _run_round_robin(server: Standin) -> tuple[dict[str, float], dict[str, float]]:
     """Turn 1 warms up; returns /metrics before and after turns 2..TURNS."""
     rng = random.Random(7)
-    histories = [[rng.randrange(1000, 100_000) for _ in range(HISTORY_BLOCKS * BLOCK)]
+    histories = [[rng.randrange(1000, TOP_ID) for _ in range(HISTORY_BLOCKS * BLOCK)]
                  for _ in range(SESSIONS)]
     before: dict[str, float] = {}
     with httpx.Client(timeout=30) as client:
@@ -35,7 +36,7 @@ def _run_round_robin(server: Standin) -> tuple[dict[str, float], dict[str, float
             if turn == 1:
                 before = server.metrics()
             for history in histories:
-                history.extend(rng.randrange(1000, 100_000) for _ in range(BLOCK))  # "plus a little"
+                history.extend(rng.randrange(1000, TOP_ID) for _ in range(BLOCK))  # "plus a little"
                 resp = client.post(server.url("/v1/completions"), json={"prompt": history, "max_tokens": 1})
                 resp.raise_for_status()
     return before, server.metrics()
