@@ -2,25 +2,31 @@
 
     python -m nodetools.coldstart measure --launch launch.json --log server.log --out timings.json
         [--poll-s 0.05] [--timeout-s 1800] [--sleep-wake] [--residency PATH ...]
+        [--trial ID] [--lease-dir DIR] [--lock-dir DIR]
     python -m nodetools.coldstart prepare --dir WORKDIR --launch-json JSON [--fresh-cache DIR]
         [--page-cache drop|warm|keep] [--model PATH]
-    python -m nodetools.coldstart cleanup --dir WORKDIR --port N [--container NAME]
+    python -m nodetools.coldstart cleanup --dir WORKDIR --port N [--container NAME] [--trial ID] [--lease-dir DIR]
 
 ``launch.json`` holds ``argv``, ``env``, ``stop_argv``, ``port`` and ``model`` (what the playbook
 rendered with the ``engine_launch`` filter). The engine runs in its own process group with its
-output in ``--log``; its group id goes to ``engine.pgid`` beside the log so a cleanup can stop it
-even if this timer is killed. Wall time runs from the start command to the first completion
-token, polling a one-token completion every ``--poll-s`` seconds (the seed polled every 0.2 s).
+output in ``--log``; its group id and its leader's start time go to ``engine.pgid`` beside the log
+and into the timer's lease (``nodetools.lease``: ``--lease-dir``, by default ``.leases`` beside the
+trial folder; ``--trial``, by default the folder's name), so a cleanup or ``nodetools.reap`` can
+stop it even if this timer is killed. Before anything starts, the timer takes the engine port's
+lock (``--lock-dir``) and checks that nothing answers on the port. Wall time runs from the start
+command to the first completion token, polling a one-token completion every ``--poll-s`` seconds.
 With ``--sleep-wake`` the started engine is put to sleep (level 1) and woken, and the time to wake
 and to the first token after wake are recorded. The engine is always stopped (the whole group),
 and the port checked free. Stdlib only: this runs on the node.
 
 ``prepare`` puts the node in the mode's state in one step (an emptied trial folder and fresh cache,
 the cache folders, ``launch.json``, then the page cache dropped or the weights read) and prints
-JSON ``{"changed": [...]}``. ``cleanup`` stops what a killed timer may have left (the group in
-``engine.pgid``, the container) and prints JSON ``{"stopped": [...], "port_free": bool}``.
+JSON ``{"changed": [...]}``. ``cleanup`` stops what a killed timer may have left (what the trial's
+leases name, the group in ``engine.pgid`` once its start time proves it is the engine's, the
+container) and prints JSON ``{"stopped": [...], "port_free": bool}``.
 
-Exit codes: 0 measured; 3 the engine exited before its first token; 4 timed out; 5 bad input.
+Exit codes (nodetools.exitcodes): 0 measured; 2 bad input; 3 the engine exited before its first
+token; 4 timed out or stopped by SIGTERM; 7 the port is locked by another run or already answers.
 """
 
 from __future__ import annotations
@@ -32,21 +38,30 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from nodetools import exitcodes
+from nodetools.gpu import memory_used_mib
+from nodetools.lease import Claim, PortBusy, claim, default_lease_dir, default_trial
 from nodetools.pagecache import drop, resident_fraction, warm
+from nodetools.proc import (
+    group_members,
+    interrupt_on_term,
+    port_open,
+    start_time,
+    stop_child_group,
+    write_json_atomic,
+)
+from nodetools.reap import reap
 
-__all__ = ["cleanup", "main", "write_json_atomic"]
-
-EXIT_OK, EXIT_DIED, EXIT_TIMEOUT, EXIT_BAD_INPUT = 0, 3, 4, 5
+__all__ = ["Timer", "add_claim_options", "cleanup", "first_token", "main", "post", "write_json_atomic"]
 
 
-def _post(port: int, path: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, bytes]:
+def post(port: int, path: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         payload = json.dumps(body).encode() if body is not None else b""
@@ -57,10 +72,10 @@ def _post(port: int, path: str, body: dict[str, Any] | None, timeout: float) -> 
         conn.close()
 
 
-def _first_token(port: int, model: str, timeout: float) -> bool:
+def first_token(port: int, model: str, timeout: float) -> bool:
     """One tiny completion; True when it returned a real token."""
     try:
-        status, body = _post(port, "/v1/completions", {"model": model, "prompt": "Hello", "max_tokens": 1,
+        status, body = post(port, "/v1/completions", {"model": model, "prompt": "Hello", "max_tokens": 1,
                                                         "temperature": 0}, timeout)
     except (OSError, http.client.HTTPException):
         return False
@@ -73,44 +88,13 @@ def _first_token(port: int, model: str, timeout: float) -> bool:
     return bool(choices and choices[0].get("text"))
 
 
-def _port_open(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-    except OSError:
-        return False
-    return True
-
-
-def _gpu_memory_mib(gpus: list[int]) -> list[int] | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    argv = ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
-    if done.returncode != 0:
-        return None
-    used = {}
-    for line in done.stdout.splitlines():
-        index, _, mib = line.partition(",")
-        with contextlib.suppress(ValueError):
-            used[int(index)] = int(mib)
-    return [used[g] for g in gpus if g in used] if gpus else list(used.values())
-
-
-def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """TERM the process group, KILL it after ``grace_s``, and KILL stragglers that outlived the leader."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
 class Timer:
+    """One engine: start it in its own process group, time it to a token, stop the whole group.
+
+    ``claim`` (set by the caller that took the port lock and the lease) gets every group the timer
+    starts; with ``inherit_lock`` the engine inherits the port lock, so it holds it as long as it
+    lives (off for a tree CRIU dumps: a held file lock would fail the dump)."""
+
     def __init__(self, launch: dict[str, Any], log: Path, poll_s: float, timeout_s: float) -> None:
         self.launch = launch
         self.log = log
@@ -121,6 +105,8 @@ class Timer:
         self.gpus = [int(g) for g in launch.get("gpus") or []]
         self.proc: subprocess.Popen[bytes] | None = None
         self.pre: subprocess.Popen[bytes] | None = None
+        self.claim: Claim | None = None
+        self.inherit_lock = True
         self.t0 = 0.0
         self.out: dict[str, Any] = {"poll_s": poll_s, "events": {}}
 
@@ -129,33 +115,40 @@ class Timer:
         self.out["events"][event] = round(t, 4)
         return t
 
-    def _spawn(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    def _spawn(self, argv: list[str], log_path: Path, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
         env = {**os.environ, **{k: str(v) for k, v in (self.launch.get("env") or {}).items()}}
         with log_path.open("ab") as log:
             return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, pass_fds=pass_fds)
+
+    def _record(self, proc: subprocess.Popen[bytes], name: str, what: str, container: str = "") -> None:
+        """``<name>.pgid`` beside the log ("PGID START"), and the group in the lease."""
+        (self.log.parent / name).write_text(f"{proc.pid} {start_time(proc.pid) or ''}".strip() + "\n")
+        if self.claim is not None:
+            self.claim.lease.add_group(proc.pid, what, container)
 
     def start_preload(self) -> int:
         """``vllm preload``: the weights daemon must be ready before the engine's clock starts."""
         self.pre = self._spawn(self.launch["pre_argv"], self.log.parent / "preload.log")
-        (self.log.parent / "preload.pgid").write_text(f"{self.pre.pid}\n")
+        self._record(self.pre, "preload.pgid", "vllm preload")
         started, port = time.time(), int(self.launch["pre_ready_port"])
         while time.time() - started < self.timeout_s:
             if self.pre.poll() is not None:
                 self.out["error"] = f"vllm preload exited with rc {self.pre.returncode} (see preload.log)"
-                return EXIT_DIED
-            if _port_open(port):
+                return exitcodes.DIED
+            if port_open(port):
                 self.out["preload_ready_s"] = round(time.time() - started, 3)
-                return EXIT_OK
+                return exitcodes.OK
             time.sleep(self.poll_s)
         self.out["error"] = f"vllm preload not ready within {self.timeout_s:.0f} s"
-        return EXIT_TIMEOUT
+        return exitcodes.TIMEOUT
 
     def start(self) -> None:
+        fds = self.claim.lock_fds(self.port) if self.claim is not None and self.inherit_lock else ()
         self.t0 = time.time()
         self.out["started_at"] = self.t0
-        self.proc = self._spawn(self.launch["argv"], self.log)
-        (self.log.parent / "engine.pgid").write_text(f"{self.proc.pid}\n")
+        self.proc = self._spawn(self.launch["argv"], self.log, fds)
+        self._record(self.proc, "engine.pgid", f"engine on port {self.port}", str(self.launch.get("container") or ""))
 
     def wait_first_token(self, event: str) -> int:
         """Poll until a real token; returns an exit code."""
@@ -166,40 +159,40 @@ class Timer:
             if self.proc.poll() is not None:
                 self.out["engine_rc"] = self.proc.returncode
                 self.mark("engine_exited")
-                return EXIT_DIED
-            if "port_open" not in self.out["events"] and _port_open(self.port):
+                return exitcodes.DIED
+            if "port_open" not in self.out["events"] and port_open(self.port):
                 self.mark("port_open")
-            if "port_open" in self.out["events"] and _first_token(self.port, self.model, timeout=30):
+            if "port_open" in self.out["events"] and first_token(self.port, self.model, timeout=30):
                 self.mark(event)
-                return EXIT_OK
+                return exitcodes.OK
             time.sleep(max(0.0, self.poll_s - (time.monotonic() - tick)))
         self.mark("timed_out")
-        return EXIT_TIMEOUT
+        return exitcodes.TIMEOUT
 
     def sleep_wake(self) -> int:
-        self.out["gpu_mem_mib_awake"] = _gpu_memory_mib(self.gpus)
+        self.out["gpu_mem_mib_awake"] = memory_used_mib(self.gpus)
         t = self.mark("sleep_requested")
-        status, _ = _post(self.port, "/sleep?level=1", None, timeout=600)
+        status, _ = post(self.port, "/sleep?level=1", None, timeout=600)
         self.out["sleep_http_s"] = round(self.mark("asleep") - t, 4)
         if status != 200:
             self.out["error"] = f"/sleep answered HTTP {status}"
-            return EXIT_DIED
-        self.out["gpu_mem_mib_asleep"] = _gpu_memory_mib(self.gpus)
+            return exitcodes.DIED
+        self.out["gpu_mem_mib_asleep"] = memory_used_mib(self.gpus)
         t = self.mark("wake_requested")
-        status, _ = _post(self.port, "/wake_up", None, timeout=600)
+        status, _ = post(self.port, "/wake_up", None, timeout=600)
         self.out["wake_http_s"] = round(self.mark("awake") - t, 4)
         if status != 200:
             self.out["error"] = f"/wake_up answered HTTP {status}"
-            return EXIT_DIED
+            return exitcodes.DIED
         deadline = time.time() + 120
         while time.time() < deadline:
-            if _first_token(self.port, self.model, timeout=30):
+            if first_token(self.port, self.model, timeout=30):
                 self.out["wake_to_first_token_s"] = round(self.mark("first_token_after_wake") - t, 4)
-                self.out["gpu_mem_mib_after_wake"] = _gpu_memory_mib(self.gpus)
-                return EXIT_OK
+                self.out["gpu_mem_mib_after_wake"] = memory_used_mib(self.gpus)
+                return exitcodes.OK
             time.sleep(self.poll_s)
         self.out["error"] = "no token within 120 s after wake"
-        return EXIT_TIMEOUT
+        return exitcodes.TIMEOUT
 
     def stop(self) -> None:
         """Stop the whole engine group (a lone API process can leave its EngineCore on the GPU)."""
@@ -210,32 +203,37 @@ class Timer:
             subprocess.run(self.launch["stop_argv"], check=False, capture_output=True, timeout=120)
         for proc, grace in ((self.proc, 60), (self.pre, 30)):
             if proc is not None:
-                _stop_group(proc, grace)
+                stop_child_group(proc, grace)
         self.mark("stopped")
         deadline = time.monotonic() + 30
-        while _port_open(self.port) and time.monotonic() < deadline:
+        while port_open(self.port) and time.monotonic() < deadline:
             time.sleep(0.1)
-        self.out["port_free_after_stop"] = not _port_open(self.port)
-        self.out["gpu_mem_mib_after_stop"] = _gpu_memory_mib(self.gpus)
+        self.out["port_free_after_stop"] = not port_open(self.port)
+        self.out["gpu_mem_mib_after_stop"] = memory_used_mib(self.gpus)
 
 
-def _group_alive(pgid: int) -> bool:
+def _recorded_group(pgid_file: Path) -> tuple[int, int | None] | None:
+    """(group id, its leader's start time or None in an old one-number file) from ``engine.pgid``."""
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        words = pgid_file.read_text().split()
+        return int(words[0]), (int(words[1]) if len(words) > 1 else None)
+    except (OSError, IndexError, ValueError):
+        return None
 
 
-def cleanup(workdir: Path, port: int, container: str = "") -> dict[str, Any]:
-    """Stop an engine group or container left behind by a killed timer; report the port."""
-    stopped = []
-    pgid_file = workdir / "engine.pgid"
-    if pgid_file.is_file():
-        pgid = int(pgid_file.read_text().split()[0])
-        if _group_alive(pgid):
+def cleanup(workdir: Path, port: int, container: str = "", trial: str | None = None,
+            lease_dir: Path | None = None, grace_s: float = 30) -> dict[str, Any]:
+    """Stop what a killed timer left behind (the trial's leases, the engine group, the container);
+    report the port. ``trial`` defaults to the folder's name, ``lease_dir`` to ``.leases`` beside it."""
+    reaped = reap(lease_dir or default_lease_dir(workdir), trial or default_trial(workdir), grace_s)
+    stopped = list(reaped["stopped"]) + [f"still running: {what}" for what in reaped["still_running"]]
+    recorded = _recorded_group(workdir / "engine.pgid")
+    if recorded is not None:
+        pgid, start = recorded
+        # Only a group whose leader is gone or started when recorded: a reused pid is never signalled.
+        leader = start_time(pgid)
+        ours = start is not None and (leader is None or leader == start)
+        if ours and any(s >= start for _, s in group_members(pgid)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
             stopped.append(f"process group {pgid}")
@@ -244,9 +242,9 @@ def cleanup(workdir: Path, port: int, container: str = "") -> dict[str, Any]:
         if done.returncode == 0 and done.stdout.strip():
             stopped.append(f"container {container}")
     deadline = time.monotonic() + 30
-    while _port_open(port) and time.monotonic() < deadline:
+    while port_open(port) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return {"stopped": stopped, "port_free": not _port_open(port)}
+    return {"stopped": stopped, "port_free": not port_open(port)}
 
 
 def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache: str, model: str) -> list[str]:
@@ -282,9 +280,9 @@ def _main_prepare(argv: list[str]) -> int:
         launch = json.loads(args.launch_json)
     except ValueError as exc:
         print(f"coldstart prepare: --launch-json is not JSON: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return exitcodes.BAD_INPUT
     print(json.dumps({"changed": prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model)}))
-    return 0
+    return exitcodes.OK
 
 
 def _main_cleanup(argv: list[str]) -> int:
@@ -292,9 +290,11 @@ def _main_cleanup(argv: list[str]) -> int:
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--container", default="")
+    p.add_argument("--trial", default=None, help="whose leases to reap (the folder's name)")
+    p.add_argument("--lease-dir", type=Path, default=None, help="the lease folder (.leases beside --dir)")
     args = p.parse_args(argv)
-    print(json.dumps(cleanup(args.dir, args.port, args.container)))
-    return 0
+    print(json.dumps(cleanup(args.dir, args.port, args.container, args.trial, args.lease_dir)))
+    return exitcodes.OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,7 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["cleanup"]:
         return _main_cleanup(args[1:])
     print("usage: python -m nodetools.coldstart {prepare|measure|cleanup} ... (see --help of each)", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return exitcodes.BAD_INPUT
+
+
+def add_claim_options(p: argparse.ArgumentParser) -> None:
+    """``--trial``, ``--lease-dir`` and ``--lock-dir`` of every tool that starts an engine."""
+    p.add_argument("--trial", default="", help="the trial id for the lease and the port lock (the folder's name)")
+    p.add_argument("--lease-dir", type=Path, default=None, help="the lease folder (.leases beside the trial folder)")
+    p.add_argument("--lock-dir", default=None, help="where the port lock files live ($GPU_CAMPAIGN_LOCK_DIR or /tmp)")
 
 
 def _main_measure(argv: list[str]) -> int:
@@ -318,53 +325,52 @@ def _main_measure(argv: list[str]) -> int:
     p.add_argument("--timeout-s", type=float, default=1800)
     p.add_argument("--sleep-wake", action="store_true")
     p.add_argument("--residency", nargs="*", default=[], help="files or folders whose page-cache share to record")
+    add_claim_options(p)
     args = p.parse_args(argv)
     try:
         launch = json.loads(args.launch.read_text())
         launch["argv"], launch["port"], launch["model"]  # presence check: KeyError below
     except (OSError, ValueError, KeyError) as exc:
         print(f"coldstart: bad --launch {args.launch}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if _port_open(int(launch["port"])):
-        print(f"coldstart: port {launch['port']} already answers: another server is running", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return exitcodes.BAD_INPUT
+    workdir = args.log.parent
+    try:
+        with claim("coldstart measure", args.trial or default_trial(workdir), workdir, [int(launch["port"])],
+                   args.lease_dir, args.lock_dir) as held:
+            return _measure(launch, args, held)
+    except PortBusy as exc:
+        print(f"coldstart: {exc}", file=sys.stderr)
+        return exitcodes.BUSY
+
+
+def _measure(launch: dict[str, Any], args: argparse.Namespace, held: Claim) -> int:
     timer = Timer(launch, args.log, args.poll_s, args.timeout_s)
+    timer.claim = held
     if args.residency:
         timer.out["resident_fraction_before"] = resident_fraction(args.residency)
-    signal.signal(signal.SIGTERM, _term_as_interrupt)  # Ansible's task timeout must still stop the engine
-    rc = EXIT_BAD_INPUT
+    interrupt_on_term()  # Ansible's task timeout, or the reaper, must still stop the engine
+    rc = exitcodes.BAD_INPUT
     try:
         if launch.get("pre_argv"):
             rc = timer.start_preload()
-            if rc != EXIT_OK:
+            if rc != exitcodes.OK:
                 return rc
         timer.start()
         rc = timer.wait_first_token("first_token")
-        if rc == EXIT_OK:
+        if rc == exitcodes.OK:
             timer.out["first_token_s"] = timer.out["events"]["first_token"]
             if args.sleep_wake:
                 rc = timer.sleep_wake()
     except KeyboardInterrupt:
         timer.out["error"] = "timer interrupted"
-        rc = EXIT_TIMEOUT
+        rc = exitcodes.TIMEOUT
     finally:
         timer.stop()
         timer.out["rc"] = rc
         write_json_atomic(args.out, timer.out)
-    if rc != EXIT_OK:
+    if rc != exitcodes.OK:
         print(f"coldstart: {_failure_line(timer.out)}", file=sys.stderr)
     return rc
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write then rename: a killed timer never leaves a torn result for the collect phase."""
-    tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-
-
-def _term_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _failure_line(out: dict[str, Any]) -> str:

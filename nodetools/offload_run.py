@@ -4,32 +4,35 @@
     python -m nodetools.offload_run preflight --facts FACTS.json|- --need JSON [--out preflight.json]
         [--facts-out facts.json]
     python -m nodetools.offload_run run --launch launch.json --dir WORKDIR --load JSON [--quality JSON]
-        [--max-failed N] [--timeout-s 1800] [--poll-s 0.2]
-    python -m nodetools.offload_run cleanup --dir WORKDIR --port N [--shm /dev/shm]
+        [--max-failed N] [--timeout-s 1800] [--poll-s 0.2] [--trial ID] [--lease-dir DIR] [--lock-dir DIR]
+    python -m nodetools.offload_run cleanup --dir WORKDIR --port N [--shm /dev/shm] [--trial ID] [--lease-dir DIR]
 
 ``preflight`` decides from the ``node_facts`` module's facts (and ``docker ps``) whether the
 trial may run: the host RAM its offload tier pins (per engine copy, times the copies, times a
 safety factor for vLLM's measured overshoot) against what is free on the NUMA nodes of the
 copies' GPUs, ``/dev/shm`` against the native backend's mapped buffer, stale
-``/dev/shm/vllm_offload_*`` files and leftover engine containers (the seed lost a run to the OOM
-killer with both on the node), free space for a file-system tier, and the context the load needs
+``/dev/shm/vllm_offload_*`` files and leftover engine containers (an earlier run lost a trial to
+the OOM killer with both on the node), free space for a file-system tier, and the context the load needs
 against ``max-model-len``. It prints ``{"reasons": [...], "checks": {...}}``: every reason carries
 its numbers. ``clear-leftovers`` removes the stale files and containers (a campaign's
 ``cleanup: true``) before the facts are read.
 
-``run`` starts every engine copy with ``nodetools.coldstart``'s ``Timer`` (own process group,
-``engine.pgid``), waits for each to answer, snapshots ``/metrics``, drives the multi-turn load
+``run`` takes every copy's port lock and writes its lease (``nodetools.lease``, as the cold-start
+timer does), starts every engine copy with ``nodetools.coldstart``'s ``Timer`` (own process group,
+``engine.pgid``, the group in the lease), waits for each to answer, snapshots ``/metrics``, drives the multi-turn load
 (``nodetools.loadgen``) while watching the engines, snapshots ``/metrics`` again, runs the
 quality check, and stops every copy; ``run.json`` says what happened. Copy 0 logs to
 ``WORKDIR/server.log``, copy i to ``WORKDIR/copy<i>/server.log``.
 
-``cleanup`` (always, after the trial) stops whatever a killed run left, removes the
+``cleanup`` (always, after the trial) stops whatever a killed run left (what the trial's leases
+name, each copy's recorded group), removes the
 ``vllm_offload_*`` files this trial created and its file-system tier, and keeps the kernel log
 lines written since the trial began (``dmesg.txt``: the OOM killer's evidence).
 
-Exit codes of ``run``: 0 ok; 3 an engine exited (before it answered, or during the run); 4 not
-ready in time, or the load stopped at its wall-time cap; 5 bad input; 6 more failed requests than
-allowed. Stdlib and aiohttp only: this runs on the node.
+Exit codes of ``run`` (nodetools.exitcodes): 0 ok; 2 bad input; 3 an engine exited (before it
+answered, or during the run); 4 not ready in time, the load stopped at its wall-time cap, or
+stopped by SIGTERM; 6 more failed requests than allowed; 7 an engine port is locked by another run
+or already answers. Stdlib and aiohttp only: this runs on the node.
 """
 
 from __future__ import annotations
@@ -50,15 +53,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodetools.coldstart import EXIT_BAD_INPUT, EXIT_DIED, EXIT_OK, EXIT_TIMEOUT, Timer, cleanup, write_json_atomic
+from nodetools import exitcodes
+from nodetools.coldstart import Timer, add_claim_options, cleanup
+from nodetools.lease import Claim, PortBusy, claim, default_lease_dir, default_trial
 from nodetools.loadgen.multiturn import MultiTurnLoad, Workload
 from nodetools.loadgen.quality import QualityCheck, QualitySpec
 from nodetools.preflight import check as node_check
+from nodetools.proc import interrupt_on_term, write_json_atomic
 
 __all__ = ["Need", "clear_leftovers", "leftover_containers", "preflight", "preflight_node", "remove_trial_files",
            "split_gpus"]
 
-EXIT_FAILED_REQUESTS = 6
 GIB = 2**30
 CONTAINER_PREFIX = "gpu-campaign-"
 
@@ -364,24 +369,26 @@ class _Run:
     timers: list[Timer] = field(default_factory=list)
     out: dict[str, Any] = field(default_factory=lambda: {"copies": [], "errors": []})
     died: str | None = None
+    claim: Claim | None = None  # the port locks and the lease every copy's group goes into
 
     def start(self) -> int:
         for i, spec in enumerate(self.launch["copies"]):
             log_dir = _copy_dir(self.workdir, i)
             log_dir.mkdir(parents=True, exist_ok=True)
             timer = Timer(spec, log_dir / "server.log", self.poll_s, self.timeout_s)
+            timer.claim = self.claim
             self.timers.append(timer)
             timer.start()  # all copies start together, as a node's replicas would
         for i, timer in enumerate(self.timers):
             rc = timer.wait_first_token("ready")
-            if rc != EXIT_OK:
-                what = "exited" if rc == EXIT_DIED else f"did not answer within {self.timeout_s:.0f} s"
+            if rc != exitcodes.OK:
+                what = "exited" if rc == exitcodes.DIED else f"did not answer within {self.timeout_s:.0f} s"
                 self.out["error"] = f"engine copy {i} {what} before it answered (see its server.log)"
-                if rc == EXIT_DIED:
+                if rc == exitcodes.DIED:
                     self.died = self.out["error"]
                 return rc
         self.out["ready_s"] = max(t.out["events"]["ready"] for t in self.timers)
-        return EXIT_OK
+        return exitcodes.OK
 
     def snapshot(self, name: str) -> None:
         for i, timer in enumerate(self.timers):
@@ -438,25 +445,36 @@ def _run(args: argparse.Namespace) -> int:
             raise KeyError("copies")
         workload = Workload(**_known(Workload, json.loads(args.load)))
         quality = QualitySpec(**_known(QualitySpec, json.loads(args.quality))) if args.quality else None
+        ports = [int(spec["port"]) for spec in launch["copies"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         _err(f"offload_run: bad input: {exc}")
-        return EXIT_BAD_INPUT
-    run = _Run(launch, args.dir, args.poll_s, args.timeout_s)
-    signal.signal(signal.SIGTERM, _term_as_interrupt)  # a phase timeout must still stop the engines
-    rc = EXIT_BAD_INPUT
+        return exitcodes.BAD_INPUT
+    try:
+        with claim("offload_run run", args.trial or default_trial(args.dir), args.dir, ports, args.lease_dir,
+                   args.lock_dir) as held:
+            return _run_claimed(_Run(launch, args.dir, args.poll_s, args.timeout_s, claim=held), args, workload,
+                                quality)
+    except PortBusy as exc:
+        _err(f"offload_run: {exc}")
+        return exitcodes.BUSY
+
+
+def _run_claimed(run: _Run, args: argparse.Namespace, workload: Workload, quality: QualitySpec | None) -> int:
+    interrupt_on_term()  # a phase timeout, or the reaper, must still stop the engines
+    rc = exitcodes.BAD_INPUT
     try:
         rc = run.start()
-        if rc == EXIT_OK:
+        if rc == exitcodes.OK:
             rc = _measure(run, args, workload, quality)
     except KeyboardInterrupt:
         run.out["error"] = "interrupted (SIGTERM)"
-        rc = EXIT_TIMEOUT
+        rc = exitcodes.TIMEOUT
     finally:
         run.stop()
         run.out["rc"] = rc
         run.out["engine_died"] = run.died
         write_json_atomic(args.dir / "run.json", run.out)
-    if rc != EXIT_OK:
+    if rc != exitcodes.OK:
         _err(f"offload_run: {run.out.get('error') or 'failed'}")
     return rc
 
@@ -496,9 +514,9 @@ def _measure(run: _Run, args: argparse.Namespace, workload: Workload, quality: Q
     run.out["log_offsets"] = [{"load_start": _size(log)} for log in logs]
     summary = asyncio.run(run.load(workload, model))
     interval = float((run.launch["copies"][0].get("env") or {}).get("VLLM_LOG_STATS_INTERVAL") or 10)
-    for offsets, log in zip(run.out["log_offsets"], logs, strict=True):
+    for offsets, log in zip(run.out["log_offsets"], logs):  # noqa: B905 (one per log; Python 3.8 has no strict)
         offsets["load_end"] = _next_stats_line(log, _size(log), interval + 2)
-    signal.signal(signal.SIGTERM, _term_as_interrupt)  # the loop's handler is gone: ours again
+    interrupt_on_term()  # the loop's handler is gone: ours again
     run.out["load"] = summary
     if run.died is None:
         run.died = run.dead()
@@ -515,15 +533,15 @@ def _measure(run: _Run, args: argparse.Namespace, workload: Workload, quality: Q
         run.out["error"] = (f"{run.died} during {'the load' if turn is None else f'turn {turn} of the load'} "
                             f"({counts['ok']} ok, {counts['failed']} failed, {counts['not_sent']} not sent of "
                             f"{workload.sessions * workload.turns} requests)")
-        return EXIT_DIED
+        return exitcodes.DIED
     if summary["stopped"]:
         run.out["error"] = f"load stopped: {summary['stopped']}"
-        return EXIT_TIMEOUT
+        return exitcodes.TIMEOUT
     if failed > args.max_failed:
         run.out["error"] = (f"{failed} of {workload.sessions * workload.turns} requests failed or were not sent "
                             f"(allowed: {args.max_failed}); see requests.jsonl")
-        return EXIT_FAILED_REQUESTS
-    return EXIT_OK
+        return exitcodes.FAILED_REQUESTS
+    return exitcodes.OK
 
 
 def _next_stats_line(log: Path, offset: int, timeout_s: float) -> int:
@@ -553,10 +571,6 @@ def _known(cls: type[Any], data: dict[str, Any]) -> dict[str, Any]:
     """The keys of ``data`` that ``cls`` (a dataclass) takes: a mode's params carry more."""
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in data.items() if k in names}
-
-
-def _term_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 # --- cleanup -------------------------------------------------------------------------------------
@@ -603,8 +617,10 @@ def _cleanup(args: argparse.Namespace) -> dict[str, Any]:
     copies = launch.get("copies") or []
     stopped: list[str] = []
     free = True
+    trial, lease_dir = args.trial or default_trial(args.dir), args.lease_dir or default_lease_dir(args.dir)
     for i, spec in enumerate(copies or [{"port": args.port}]):
-        result = cleanup(_copy_dir(args.dir, i), int(spec["port"]), str(spec.get("container") or ""))
+        result = cleanup(_copy_dir(args.dir, i), int(spec["port"]), str(spec.get("container") or ""), trial,
+                         lease_dir)
         stopped += result["stopped"]
         free = free and result["port_free"]
     # An engine was started iff a timer wrote its group id: only then can there be files to remove.
@@ -638,27 +654,35 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--max-failed", type=int, default=0)
     r.add_argument("--timeout-s", type=float, default=1800, help="per engine copy, to its first answer")
     r.add_argument("--poll-s", type=float, default=0.2)
+    add_claim_options(r)
     k = sub.add_parser("cleanup")
     k.add_argument("--dir", type=Path, required=True)
     k.add_argument("--port", type=int, required=True, help="the engine port, checked when nothing was launched")
     k.add_argument("--shm", type=Path, default=Path("/dev/shm"))
+    k.add_argument("--trial", default="", help="whose leases to reap (the folder's name)")
+    k.add_argument("--lease-dir", type=Path, default=None, help="the lease folder (.leases beside --dir)")
     args = p.parse_args(argv)
     if args.command == "clear-leftovers":
         _out(json.dumps({"removed": clear_leftovers(args.shm)}))
-        return 0
+        return exitcodes.OK
     if args.command == "preflight":
-        facts = json.loads(sys.stdin.read() if args.facts == "-" else Path(args.facts).read_text())
-        result = preflight_node(facts, Need.from_json(json.loads(args.need)))
+        try:
+            facts = json.loads(sys.stdin.read() if args.facts == "-" else Path(args.facts).read_text())
+            need = Need.from_json(json.loads(args.need))
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            _err(f"offload_run preflight: bad input: {exc}")
+            return exitcodes.BAD_INPUT
+        result = preflight_node(facts, need)
         for path, data in ((args.out, result), (args.facts_out, facts)):
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         _out(json.dumps(result))
-        return 0
+        return exitcodes.OK
     if args.command == "run":
         return _run(args)
     _out(json.dumps(_cleanup(args)))
-    return 0
+    return exitcodes.OK
 
 
 if __name__ == "__main__":

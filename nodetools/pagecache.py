@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nodetools import exitcodes
+
 __all__ = ["drop", "files_under", "resident_fraction", "warm"]
 
 _CHUNK = 8 << 20
@@ -105,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         drop()
     else:
         sys.stderr.write("usage: python -m nodetools.pagecache {resident PATH...|warm PATH...|drop}\n")
-        return 2
-    return 0
+        return exitcodes.BAD_INPUT
+    return exitcodes.OK
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
         [--exists PATH ...] [--python PY --python-module MOD] [--docker-image IMG [--docker-module MOD]]
 
 Prints ``{"reasons": [...]}`` (empty when everything holds) and exits 0: deciding to skip is the
-playbook's job. Stdlib only: this runs on the node.
+playbook's job (2 for a bad command line, nodetools.exitcodes). Stdlib only: this runs on the node.
 """
 
 from __future__ import annotations
@@ -12,38 +12,25 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from nodetools import exitcodes
+from nodetools.gpu import NO_NVIDIA_SMI, memory_used_by_index
+from nodetools.proc import port_open
 
 __all__ = ["check", "main"]
 
 _IMPORT_CHECK = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
 
 
-def _port_busy(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
-
-
 def _gpu_reasons(gpus: list[int], max_used_mib: int) -> list[str]:
     if not gpus:
         return []
-    if shutil.which("nvidia-smi") is None:
-        return [f"GPUs {gpus} requested but nvidia-smi is not on this node"]
-    done = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                          capture_output=True, text=True, check=False, timeout=60)
-    if done.returncode != 0:
-        return [f"nvidia-smi failed: {(done.stderr or done.stdout).strip().splitlines()[:1]}"]
-    used = {}
-    for line in done.stdout.splitlines():
-        index, _, mib = line.partition(",")
-        if index.strip().isdigit() and mib.strip().isdigit():
-            used[int(index)] = int(mib)
+    used, error = memory_used_by_index()
+    if used is None:
+        return [f"GPUs {gpus} requested but {NO_NVIDIA_SMI}" if error == NO_NVIDIA_SMI else error]
     reasons = [f"GPU {g} does not exist on this node (it has {sorted(used)})" for g in gpus if g not in used]
     reasons += [f"GPU {g} has {used[g]} MiB in use (limit {max_used_mib}): another process holds it"
                 for g in gpus if used.get(g, 0) > max_used_mib]
@@ -53,7 +40,7 @@ def _gpu_reasons(gpus: list[int], max_used_mib: int) -> list[str]:
 def check(port: int, gpus: list[int], max_gpu_used_mib: int, exists: list[str], python: str, python_module: str,
           docker_image: str, docker_module: str) -> list[str]:
     reasons = []
-    if _port_busy(port):
+    if port_open(port, timeout=0.5):
         reasons.append(f"port {port} already answers: another server runs on this node")
     reasons += _gpu_reasons(gpus, max_gpu_used_mib)
     reasons += [f"{path} does not exist" for path in exists if not Path(path).exists()]
@@ -87,11 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docker-image", default="")
     p.add_argument("--docker-module", default="")
     args = p.parse_args(argv)
-    gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
+    try:
+        gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
+    except ValueError:
+        sys.stderr.write(f"preflight: --gpus {args.gpus!r} is not a comma-separated list of GPU indices\n")
+        return exitcodes.BAD_INPUT
     reasons = check(args.port, gpus, args.max_gpu_used_mib, args.exists, args.python, args.python_module,
                     args.docker_image, args.docker_module)
     sys.stdout.write(json.dumps({"reasons": reasons}) + "\n")
-    return 0
+    return exitcodes.OK
 
 
 if __name__ == "__main__":

@@ -4,10 +4,12 @@
         [--gpus 0] [--tp 1] [--images DIR] [--model M] [--revision R] [--vllm BIN]
     python -m nodetools.snapshot measure --mode MODE --launch launch.json --log server.log --out timings.json
         --images DIR [--criu criu] [--libdir DIR] [--cuda-checkpoint BIN] [--poll-s 0.05] [--timeout-s 1800]
+        [--trial ID] [--lease-dir DIR] [--lock-dir DIR]
 
 ``gates`` prints ``{"reasons": [...], "facts": {...}}``: every unmet precondition in words a user
-can act on (nothing runs when there is one). ``measure`` starts the engine (the cold-start timer's
-``Timer``), times it to its first token, then:
+can act on (nothing runs when there is one). ``measure`` takes the engine port's lock and writes
+its lease as the cold-start timer does (``nodetools.lease``), starts the engine (the cold-start
+timer's ``Timer``), times it to its first token, then:
 
 - ``criu``: ``criu dump`` of the engine's process tree (the CUDA plugin suspends GPU state when the
   engine uses a GPU), image size, the port free again, ``criu restore -d``, first token from the
@@ -25,8 +27,13 @@ can act on (nothing runs when there is one). ``measure`` starts the engine (the 
 
 A failed dump must leave the engine running or cleanly stopped, never frozen: CRIU resumes the
 tree when a dump fails, and this program checks it and stops the engine either way. One snapshot
-operation at a time per node: they share /dev/shm, so a lock file there serialises them.
-Exit codes: 0 measured; 3 a tool or the engine failed (see ``error`` and the tool logs); 5 bad input.
+operation at a time per node: they share /dev/shm, so a lock file there serialises them. A
+restored tree (and ``vllm snapshot create``'s own engine) goes into the lease as well, so the
+reaper can stop it; the engine of the ``criu`` mode does not inherit the port lock (CRIU refuses
+to dump a process holding a file lock), the tool alone holds it.
+Exit codes (nodetools.exitcodes): 0 measured; 2 bad input; 3 a tool or the engine failed (see
+``error`` and the tool logs); 4 stopped by SIGTERM; 7 the port is locked by another run or already
+answers.
 """
 
 from __future__ import annotations
@@ -45,14 +52,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodetools.coldstart import (
-    EXIT_BAD_INPUT,
-    EXIT_DIED,
-    EXIT_OK,
-    Timer,
-    _first_token,
-    _gpu_memory_mib,
-    _port_open,
+from nodetools import exitcodes
+from nodetools.coldstart import Timer, add_claim_options, first_token
+from nodetools.gpu import compute_app_pids, driver_major, memory_total_mib, memory_used_mib, persistence_off
+from nodetools.lease import PortBusy, claim, default_trial
+from nodetools.proc import (
+    interrupt_on_term,
+    port_open,
+    stat_ids,
+    state,
+    stop_child_group,
+    stop_group,
     write_json_atomic,
 )
 
@@ -76,13 +86,6 @@ def criu_version(criu: str) -> tuple[int, ...] | None:
         return None
     match = re.search(r"Version:\s*([\d.]+)", _run([criu, "--version"], 30).stdout)
     return tuple(int(p) for p in match.group(1).split(".")) if match else None
-
-
-def _driver_major() -> int | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], 60).stdout.split()
-    return int(out[0].split(".")[0]) if out and out[0].split(".")[0].isdigit() else None
 
 
 PLUGIN_DIRS = ("/usr/lib/criu", "/usr/local/lib/criu")  # distribution and source builds' PLUGINDIR
@@ -115,7 +118,7 @@ def _mem_available_bytes() -> int:
 def gates(mode: str, criu: str, libdir: str, cuda_checkpoint: str, gpus: list[int], tp: int, model: str,
           revision: str, vllm: str, gpu_memory_fraction: float = 1.0) -> tuple[list[str], dict[str, Any]]:
     reasons: list[str] = []
-    facts: dict[str, Any] = {"kernel": os.uname().release, "driver_major": _driver_major()}
+    facts: dict[str, Any] = {"kernel": os.uname().release, "driver_major": driver_major()}
     on_gpu = bool(gpus)
     if mode in ("criu", "vllm_snapshot"):
         version = criu_version(criu)
@@ -148,15 +151,12 @@ def gates(mode: str, criu: str, libdir: str, cuda_checkpoint: str, gpus: list[in
             reasons.append(f"TP={tp} uses CUDA IPC, whose checkpoint/restore needs driver >= {IPC_RESTORE_DRIVER}; "
                            f"this node has {facts['driver_major']}")
         if on_gpu and facts["driver_major"] is not None:
-            persistence = _run(["nvidia-smi", "--query-gpu=index,persistence_mode", "--format=csv,noheader"]).stdout
-            off = [line.split(",")[0] for line in persistence.splitlines() if "Disabled" in line]
+            off = persistence_off()
             if off:
                 reasons.append(f"persistence mode is off on GPU(s) {', '.join(off)}: cuda-checkpoint restore needs it")
-            total = _run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]).stdout
             # vLLM takes gpu-memory-utilization of each GPU (the first H200 run refused a 0.5 engine
             # because this counted the whole 140 GiB card against 125 GiB of RAM).
-            need = int(sum(int(m) for i, _, m in (line.partition(",") for line in total.splitlines())
-                           if i.strip().isdigit() and int(i) in gpus and m.strip().isdigit()) * 2**20
+            need = int(sum(mib for index, mib in memory_total_mib().items() if index in gpus) * 2**20
                        * gpu_memory_fraction)
             facts["host_ram_needed_bytes"] = need
             if need > _mem_available_bytes():
@@ -199,36 +199,6 @@ class _Lock:
         self.fh.close()
 
 
-def _state(pid: int) -> str:
-    """The process state letter (R, S, T, Z...), or '' when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-def _stop_group(pgid: int, grace_s: float = 60) -> None:
-    """Stop a process group that is not our child (a restored tree): TERM, wait, KILL."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGCONT)  # a frozen tree must be able to die
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _stat_ids(stat: str) -> tuple[int, int]:
-    """(process group, session) from a /proc/PID/stat line (the command may hold spaces and parentheses)."""
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[2]), int(fields[3])
-
-
 def find_cuda_processes(pgid: int, proc_root: Path = Path("/proc"), pattern: str = CUDA_MAPS_PATTERN) -> list[int]:
     """The processes of process group or session ``pgid`` whose memory maps name a file matching
     ``pattern`` (by default the GPU device files a process that initialised CUDA maps): for nodes
@@ -239,7 +209,7 @@ def find_cuda_processes(pgid: int, proc_root: Path = Path("/proc"), pattern: str
         if not entry.name.isdigit():
             continue
         try:
-            if pgid not in _stat_ids((entry / "stat").read_text()):
+            if pgid not in stat_ids((entry / "stat").read_text()):
                 continue
             maps = (entry / "maps").read_text()
         except (OSError, IndexError, ValueError):
@@ -272,7 +242,7 @@ class SnapshotRun:
     def _wait_token(self, event: str, since: float) -> bool:
         deadline = time.time() + 120
         while time.time() < deadline:
-            if _first_token(self.timer.port, self.timer.model, timeout=30):
+            if first_token(self.timer.port, self.timer.model, timeout=30):
                 self.out[event] = round(time.time() - since, 4)
                 return True
             time.sleep(self.args.poll_s)
@@ -288,13 +258,13 @@ class SnapshotRun:
         self.out["dump_s"] = round(time.time() - started, 4)
         if dump.returncode != 0:
             time.sleep(0.2)
-            state = _state(pid)
-            self.out["after_failed_dump"] = {"T": "frozen", "": "gone", "Z": "gone"}.get(state, "running")
-            if state == "T":  # never leave it half-frozen
+            letter = state(pid)
+            self.out["after_failed_dump"] = {"T": "frozen", "": "gone", "Z": "gone"}.get(letter, "running")
+            if letter == "T":  # never leave it half-frozen
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGCONT)
             self.out["error"] = f"criu dump failed with rc {dump.returncode} (see dump.log)"
-            return EXIT_DIED
+            return exitcodes.DIED
         self.timer.proc.wait(timeout=30)  # CRIU killed the dumped tree: reap our child
         # Killed children linger as zombies until PID 1 reaps them, and while any of them still
         # names the engine's PID as its group, the restore cannot have that PID back.
@@ -306,29 +276,29 @@ class SnapshotRun:
                 break
             time.sleep(0.05)
         self.out["image_bytes"] = _du(self.images)
-        self.out["port_free_after_dump"] = not _port_open(self.timer.port)
+        self.out["port_free_after_dump"] = not port_open(self.timer.port)
         started = time.time()
         restore = self._criu("restore", ["-d"])
         self.out["restore_s"] = round(time.time() - started, 4)
         if restore.returncode != 0:
             self.out["error"] = f"criu restore failed with rc {restore.returncode} (see restore.log)"
-            return EXIT_DIED
-        self.out["restored_pid_same"] = _state(pid) not in ("", "Z")
+            return exitcodes.DIED
+        self.out["restored_pid_same"] = state(pid) not in ("", "Z")
+        if self.timer.claim is not None and self.out["restored_pid_same"]:
+            self.timer.claim.lease.add_group(pid, "engine restored by criu")  # same pid, a new start time
         if not self._wait_token("restore_to_first_token_s", started):
             self.out["error"] = "the restored engine gave no token within 120 s"
-            return EXIT_DIED
-        return EXIT_OK
+            return exitcodes.DIED
+        return exitcodes.OK
 
     def _gpu_pids(self) -> tuple[list[int], str]:
         """The engine's processes that hold a CUDA context, and where they were found."""
         pgid = self.timer.proc.pid if self.timer.proc else 0
         pids = []
-        if shutil.which("nvidia-smi") is not None:
-            out = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], 60).stdout
-            for line in out.split():
-                with contextlib.suppress(ValueError, OSError):  # gone, or not a number
-                    if pgid in (os.getpgid(int(line)), os.getsid(int(line))):
-                        pids.append(int(line))
+        for pid in compute_app_pids():
+            with contextlib.suppress(OSError):  # gone
+                if pgid in (os.getpgid(pid), os.getsid(pid)):
+                    pids.append(pid)
         if pids:
             return sorted(set(pids)), "nvidia-smi"
         return find_cuda_processes(pgid), "proc-maps"
@@ -374,7 +344,7 @@ class SnapshotRun:
             if done.returncode != 0:
                 self.out["gpu_pids"] = pids
                 self.out["error"] = f"cuda-checkpoint --get-state --pid {pid} failed: {state}"
-                return EXIT_DIED
+                return exitcodes.DIED
             per[str(pid)] = {"get_state": took}
             kept.append(pid)
         pids = kept
@@ -384,10 +354,10 @@ class SnapshotRun:
         if not pids:
             self.out["error"] = "no process of the engine holds a CUDA context (nvidia-smi --query-compute-apps, " \
                                 "then /proc/PID/maps of the engine's process group)"
-            return EXIT_DIED
+            return exitcodes.DIED
         self.out["tool_start_s"] = sorted(p["get_state"] for p in per.values())[len(per) // 2]
         self.out["per_process_s"] = per
-        self.out["gpu_mem_mib_before"] = _gpu_memory_mib(self.timer.gpus)
+        self.out["gpu_mem_mib_before"] = memory_used_mib(self.timer.gpus)
         restored_at = 0.0
         # NVIDIA's order for a process tree: every process locked before any is checkpointed, every
         # one restored before any is unlocked.
@@ -400,24 +370,24 @@ class SnapshotRun:
                     self.out["error"] = f"cuda-checkpoint --action {action} --pid {pid} failed: " \
                                         f"{(done.stderr or done.stdout).strip()[-300:]}"
                     self._bring_back(pids)
-                    return EXIT_DIED
+                    return exitcodes.DIED
             self.out[f"{action}_s"] = round(time.time() - started, 4)
             if action == "checkpoint":
-                self.out["gpu_mem_mib_while"] = _gpu_memory_mib(self.timer.gpus)
+                self.out["gpu_mem_mib_while"] = memory_used_mib(self.timer.gpus)
             if action == "restore":
                 restored_at = started
-        self.out["gpu_mem_mib_after"] = _gpu_memory_mib(self.timer.gpus)
+        self.out["gpu_mem_mib_after"] = memory_used_mib(self.timer.gpus)
         if not self._wait_token("restore_to_first_token_s", restored_at):
             self.out["error"] = "no token within 120 s after cuda-checkpoint restore"
-            return EXIT_DIED
-        return EXIT_OK
+            return exitcodes.DIED
+        return exitcodes.OK
 
     def vllm_snapshot(self) -> int:
         launch = self.timer.launch
         argv = list(launch["argv"])
         if argv[1:2] != ["serve"]:
             self.out["error"] = "vllm_snapshot needs a vLLM process runtime (argv: vllm serve MODEL ...)"
-            return EXIT_BAD_INPUT
+            return exitcodes.BAD_INPUT
         vllm, model, flags = argv[0], argv[2], argv[3:]
         env = {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}, "HF_HUB_OFFLINE": "1"}
         if self.args.libdir:
@@ -431,46 +401,68 @@ class SnapshotRun:
                 shutil.rmtree(self.images)
             self.images.parent.mkdir(parents=True, exist_ok=True)
             started = time.time()
-            create = subprocess.run([vllm, "snapshot", "create", model, "--snapshot-dir", str(self.images),
-                                     "--revision", self.args.revision, *flags], env=env, capture_output=True,
-                                    text=True, check=False, timeout=self.args.timeout_s)
+            create = self._run_in_group([vllm, "snapshot", "create", model, "--snapshot-dir", str(self.images),
+                                         "--revision", self.args.revision, *flags], env, "vllm snapshot create")
             self.out["create_s"] = round(time.time() - started, 4)
             (self.args.log.parent / "snapshot-create.log").write_text(create.stdout + create.stderr)
             if create.returncode != 0:
                 self.out["error"] = f"vllm snapshot create failed with rc {create.returncode} (see snapshot-create.log)"
-                return EXIT_DIED
+                return exitcodes.DIED
             self.out["artifact_bytes"] = _du(self.images)
             started = time.time()
-            restore = subprocess.run([vllm, "snapshot", "restore", str(self.images), "--host", "127.0.0.1",
-                                      "--port", str(self.timer.port)], env=env, capture_output=True, text=True,
-                                     check=False, timeout=self.args.timeout_s)
+            restore = self._run_in_group([vllm, "snapshot", "restore", str(self.images), "--host", "127.0.0.1",
+                                          "--port", str(self.timer.port)], env, "vllm snapshot restore")
             self.out["restore_s"] = round(time.time() - started, 4)
             (self.args.log.parent / "snapshot-restore.log").write_text(restore.stdout + restore.stderr)
             if restore.returncode != 0:
                 self.out["error"] = f"vllm snapshot restore failed with rc {restore.returncode} " \
                                     "(see snapshot-restore.log)"
-                return EXIT_DIED
+                return exitcodes.DIED
+            if self.timer.claim is not None:
+                for pgid in self._listener_pgids():
+                    self.timer.claim.lease.add_group(pgid, "server restored by vllm snapshot")
             if not self._wait_token("restore_to_first_token_s", started):
                 self.out["error"] = "the restored server gave no token within 120 s"
-                return EXIT_DIED
-            return EXIT_OK
+                return exitcodes.DIED
+            return exitcodes.OK
         finally:
             if before is not None:
                 sysctl.write_text(f"{before}\n")
             self._stop_listener()
 
-    def _stop_listener(self) -> None:
-        """The restored server is detached: find it by its port and stop its process group."""
+    def _run_in_group(self, argv: list[str], env: dict[str, str], what: str) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run`` in a process group of its own, recorded in the lease while it runs, so a
+        killed tool does not leave it behind unnamed; stopped (the whole group) on a timeout or SIGTERM."""
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        if self.timer.claim is not None:
+            self.timer.claim.lease.add_group(proc.pid, what)
+        try:
+            stdout, stderr = proc.communicate(timeout=self.args.timeout_s)
+        except BaseException:
+            stop_child_group(proc, 10)
+            raise
+        return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+    def _listener_pgids(self) -> set[int]:
+        """The process groups of whatever listens on the engine port (a detached, restored server)."""
         if shutil.which("ss") is None:
-            return
+            return set()
         out = _run(["ss", "-Hltnp", f"sport = :{self.timer.port}"], 30).stdout
+        pgids = set()
         for pid in {int(m) for m in re.findall(r"pid=(\d+)", out)}:
             with contextlib.suppress(ProcessLookupError):
-                _stop_group(os.getpgid(pid))
+                pgids.add(os.getpgid(pid))
+        return pgids - {os.getpgid(0)}  # never this tool's own group
+
+    def _stop_listener(self) -> None:
+        """The restored server is detached: find it by its port and stop its process group."""
+        for pgid in self._listener_pgids():
+            stop_group(pgid)
 
     def stop(self) -> None:
         if self.timer.proc is not None and self.timer.proc.poll() is not None:
-            _stop_group(self.timer.proc.pid)  # a restored tree is no longer our child
+            stop_group(self.timer.proc.pid)  # a restored tree is no longer our child
             self.out["events"]["stopped"] = round(time.time() - self.timer.t0, 4)
         self.timer.stop()
 
@@ -489,11 +481,15 @@ def _main_gates(argv: list[str]) -> int:
     p.add_argument("--gpu-memory-fraction", type=float, default=1.0,
                    help="share of each GPU's memory the engine takes (vLLM's --gpu-memory-utilization)")
     a = p.parse_args(argv)
-    gpus = [int(g) for g in a.gpus.split(",") if g.strip()]
+    try:
+        gpus = [int(g) for g in a.gpus.split(",") if g.strip()]
+    except ValueError:
+        sys.stderr.write(f"snapshot gates: --gpus {a.gpus!r} is not a comma-separated list of GPU indices\n")
+        return exitcodes.BAD_INPUT
     reasons, facts = gates(a.mode, a.criu, a.libdir, a.cuda_checkpoint, gpus, a.tp, a.model, a.revision, a.vllm,
                            a.gpu_memory_fraction)
     sys.stdout.write(json.dumps({"reasons": reasons, "facts": facts}) + "\n")
-    return 0
+    return exitcodes.OK
 
 
 def _main_measure(argv: list[str]) -> int:
@@ -509,14 +505,29 @@ def _main_measure(argv: list[str]) -> int:
     p.add_argument("--revision", default="")
     p.add_argument("--poll-s", type=float, default=0.05)
     p.add_argument("--timeout-s", type=float, default=1800)
+    add_claim_options(p)
     args = p.parse_args(argv)
     try:
         launch = json.loads(args.launch.read_text())
-    except (OSError, ValueError) as exc:
+        run = SnapshotRun(args, launch)  # reads the port and the model: KeyError when missing
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         sys.stderr.write(f"snapshot: bad --launch {args.launch}: {exc}\n")
-        return EXIT_BAD_INPUT
-    run = SnapshotRun(args, launch)
-    rc = EXIT_BAD_INPUT
+        return exitcodes.BAD_INPUT
+    workdir = args.log.parent
+    try:
+        with claim(f"snapshot measure {args.mode}", args.trial or default_trial(workdir), workdir, [run.timer.port],
+                   args.lease_dir, args.lock_dir) as held:
+            run.timer.claim = held
+            run.timer.inherit_lock = args.mode != "criu"  # CRIU refuses to dump a process holding a file lock
+            return _measure(run, args)
+    except PortBusy as exc:
+        sys.stderr.write(f"snapshot: {exc}\n")
+        return exitcodes.BUSY
+
+
+def _measure(run: SnapshotRun, args: argparse.Namespace) -> int:
+    interrupt_on_term()  # Ansible's task timeout, or the reaper, must still stop the engine
+    rc = exitcodes.BAD_INPUT
     try:
         with _Lock(args.timeout_s):
             if args.mode == "vllm_snapshot":
@@ -524,19 +535,22 @@ def _main_measure(argv: list[str]) -> int:
             else:
                 run.timer.start()
                 rc = run.timer.wait_first_token("first_token")
-                if rc == EXIT_OK:
+                if rc == exitcodes.OK:
                     run.out["first_token_s"] = run.out["events"]["first_token"]
                     rc = run.criu() if args.mode == "criu" else run.cuda_checkpoint()
                 elif "error" not in run.out:
                     run.out["error"] = "the engine did not start (see server.log)"
     except TimeoutError as exc:
         run.out["error"] = str(exc)
-        rc = EXIT_DIED
+        rc = exitcodes.DIED
+    except KeyboardInterrupt:
+        run.out["error"] = "interrupted (SIGTERM)"
+        rc = exitcodes.TIMEOUT
     finally:
         run.stop()
         run.out["rc"] = rc
         write_json_atomic(args.out, run.out)
-    if rc != EXIT_OK:
+    if rc != exitcodes.OK:
         sys.stderr.write(f"snapshot: {run.out.get('error', 'failed')}\n")
     return rc
 
@@ -548,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["measure"]:
         return _main_measure(args[1:])
     sys.stderr.write("usage: python -m nodetools.snapshot {gates|measure} ... (see --help of each)\n")
-    return EXIT_BAD_INPUT
+    return exitcodes.BAD_INPUT
 
 
 if __name__ == "__main__":

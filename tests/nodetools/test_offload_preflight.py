@@ -60,7 +60,7 @@ def test_too_little_ram_on_the_gpus_numa_node_is_refused() -> None:
 
 
 def test_engine_copies_multiply_the_need() -> None:
-    # The seed's gpt-oss-120b: four single-GPU copies x 400 GB on one socket pair.
+    # A gpt-oss-120b deployment: four single-GPU copies x 400 GB on one socket pair.
     need = Need(offload_gib=400, copies=4, gpus=(0, 1, 2, 3), safety_factor=1.0, uses_shm=True)
     reasons = preflight(facts(), need)["reasons"]
     assert reasons[0] == ("host RAM: 4 engine copies x 400 GiB offload x safety 1 = 1600.0 GiB needed on NUMA node 0 "

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from nodetools import snapshot
+from nodetools import exitcodes, snapshot
 from nodetools.snapshot import SnapshotRun, cuda_checkpoint_argv, find_cuda_processes, gates
 from tests.nodetools.fake_cuda import TOOL, Fake, compile_fake
 
@@ -169,7 +169,7 @@ def test_a_failed_checkpoint_puts_every_process_back_to_running(fake: Fake, tmp_
     monkeypatch.setenv("FAKE_LIBCUDA_FAIL", "cuCheckpointProcessCheckpoint:7002")
     run = make_run(tmp_path)
     monkeypatch.setattr(run, "_gpu_pids", lambda: (pids, "nvidia-smi"))
-    assert run.cuda_checkpoint() == snapshot.EXIT_DIED
+    assert run.cuda_checkpoint() == exitcodes.DIED
     assert run.out["error"].startswith("cuda-checkpoint --action checkpoint --pid 7002 failed: ")
     assert "CUDA_ERROR_OUT_OF_MEMORY" in run.out["error"]
     assert run.out["after_failed_cuda_checkpoint"] == {"7001": "running", "7002": "running"}
@@ -182,7 +182,7 @@ def test_a_listed_process_the_tool_cannot_reach_is_an_error(fake: Fake, tmp_path
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     run = make_run(tmp_path)
     monkeypatch.setattr(run, "_gpu_pids", lambda: ([7101], "nvidia-smi"))  # no state: not CUDA to the driver
-    assert run.cuda_checkpoint() == snapshot.EXIT_DIED
+    assert run.cuda_checkpoint() == exitcodes.DIED
     assert run.out["error"].startswith("cuda-checkpoint --get-state --pid 7101 failed: ")
     assert actions(fake.calls()) == []
 
@@ -190,7 +190,7 @@ def test_a_listed_process_the_tool_cannot_reach_is_an_error(fake: Fake, tmp_path
 def test_no_cuda_process_in_the_group(fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = make_run(tmp_path)
     monkeypatch.setattr(run, "_gpu_pids", lambda: ([], "proc-maps"))
-    assert run.cuda_checkpoint() == snapshot.EXIT_DIED
+    assert run.cuda_checkpoint() == exitcodes.DIED
     assert run.out["error"].startswith("no process of the engine holds a CUDA context")
 
 

@@ -1,0 +1,143 @@
+"""Processes, process groups, ports and signals on the node: what every node tool that starts an
+engine needs, in one place.
+
+A process is named by its pid *and* its start time (field 22 of ``/proc/PID/stat``, clock ticks
+after boot): a pid the kernel handed to another process since has another start time, so nothing
+here signals a process it cannot prove is the one it means. Stdlib only: this runs on the node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "PROC", "group_members", "interrupt_on_term", "is_running", "port_open", "start_time", "stat_fields",
+    "stat_ids", "state", "stop_child_group", "stop_group", "term_as_interrupt", "wait_gone", "write_json_atomic",
+]
+
+PROC = Path("/proc")
+_ZOMBIE = ("Z", "X", "x")
+
+
+def stat_fields(pid: int, proc_root: Path = PROC) -> list[str] | None:
+    """Fields 3 onwards of ``/proc/PID/stat`` (the command, field 2, may hold spaces and parentheses:
+    everything up to its last ``)`` is skipped), or None when the process is gone."""
+    try:
+        return (proc_root / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def stat_ids(stat: str) -> tuple[int, int]:
+    """(process group, session) from a /proc/PID/stat line."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[2]), int(fields[3])
+
+
+def start_time(pid: int, proc_root: Path = PROC) -> int | None:
+    """When the process started (field 22, clock ticks after boot), or None when it is gone."""
+    fields = stat_fields(pid, proc_root)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
+def state(pid: int, proc_root: Path = PROC) -> str:
+    """The process state letter (R, S, T, Z...), or '' when it is gone."""
+    fields = stat_fields(pid, proc_root)
+    return fields[0] if fields else ""
+
+
+def is_running(pid: int, start: int | None = None, proc_root: Path = PROC) -> bool:
+    """The process exists, is not a zombie, and (when ``start`` is given) started at ``start``."""
+    fields = stat_fields(pid, proc_root)
+    if not fields or fields[0] in _ZOMBIE:
+        return False
+    return start is None or (len(fields) > 19 and fields[19] == str(start))
+
+
+def group_members(pgid: int, proc_root: Path = PROC) -> list[tuple[int, int]]:
+    """(pid, start time) of every live (not zombie) process of process group ``pgid``."""
+    out = []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = stat_fields(int(entry.name), proc_root)
+        with contextlib.suppress(IndexError, ValueError):
+            if fields and fields[0] not in _ZOMBIE and int(fields[2]) == pgid:
+                out.append((int(entry.name), int(fields[19])))
+    return sorted(out)
+
+
+def wait_gone(check: Callable[[], bool], timeout_s: float, step_s: float = 0.05) -> bool:
+    """Poll ``check()`` (True while something still runs) until it is False or ``timeout_s`` passed;
+    True when it ended."""
+    deadline = time.monotonic() + timeout_s
+    while check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step_s)
+    return True
+
+
+def stop_child_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """TERM the process group our child ``proc`` leads, KILL it after ``grace_s``, and KILL the
+    stragglers that outlived the leader. Safe by construction: an unreaped child keeps its pid."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stop_group(pgid: int, grace_s: float = 60) -> None:
+    """Stop a process group that is not our child (a restored tree): CONT (a frozen tree must be able
+    to die), TERM, wait up to ``grace_s``, KILL."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGCONT)
+        os.killpg(pgid, signal.SIGTERM)
+    if wait_gone(lambda: bool(group_members(pgid)), grace_s, 0.1):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def port_open(port: int, timeout: float = 0.2, host: str = "127.0.0.1") -> bool:
+    """Something accepts TCP connections on ``host:port``."""
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def term_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def interrupt_on_term() -> None:
+    """SIGTERM raises KeyboardInterrupt: Ansible's task timeout, or the reaper, still stops the engine
+    through the tool's own ``finally``."""
+    signal.signal(signal.SIGTERM, term_as_interrupt)
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write then rename: a killed tool never leaves a torn record behind."""
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
