@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ansible import constants
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.vars.manager import VariableManager
+
 __all__ = ["Connection", "Inventory"]
 
 
@@ -29,10 +34,6 @@ class Connection:
 
 class Inventory:
     def __init__(self, path: Path) -> None:
-        from ansible.inventory.manager import InventoryManager
-        from ansible.parsing.dataloader import DataLoader
-        from ansible.vars.manager import VariableManager
-
         self.path = path
         self._loader = DataLoader()
         self._manager = InventoryManager(loader=self._loader, sources=[str(path)])
@@ -66,8 +67,6 @@ class Inventory:
 
 
 def _host_key_checking(host_vars: dict[str, Any]) -> bool:
-    from ansible import constants
-
     value = host_vars.get("ansible_host_key_checking", host_vars.get("ansible_ssh_host_key_checking"))
     if value is None:
         return bool(constants.HOST_KEY_CHECKING)

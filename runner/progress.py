@@ -16,6 +16,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rich.cells import cell_len
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
 __all__ = ["PlainProgress", "Progress", "QuietProgress", "RichProgress", "clock"]
 
 logger = logging.getLogger("runner.progress")
@@ -177,10 +184,6 @@ class _Board:
         self.state = state
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        from rich.cells import cell_len
-        from rich.table import Table
-        from rich.text import Text
-
         s = self.state
         now = time.monotonic()
         with s.lock:
@@ -209,9 +212,6 @@ class RichProgress(QuietProgress):
 
     def __init__(self, console: Any = None) -> None:
         super().__init__()
-        from rich.console import Console
-        from rich.live import Live
-
         self.console = console or Console(stderr=True)
         self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=True,
                           get_renderable=self._render)
@@ -239,7 +239,6 @@ class RichProgress(QuietProgress):
             r.line = line.strip()
 
     def trial_finished(self, trial_id: str, status: str, reason: str, seconds: float) -> None:
-        from rich.markup import escape
 
         r = self.state.end(trial_id, status)
         colour = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(status, "magenta")

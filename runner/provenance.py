@@ -9,6 +9,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from runner import __version__
+
 __all__ = ["REPO_ROOT", "git_state", "inventory_digest", "tool_versions"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +24,6 @@ def tool_versions() -> dict[str, str]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
-    from runner import __version__
 
     out["runner"] = __version__
     return out

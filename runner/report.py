@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,11 @@ import pandas as pd
 from runner.errors import RunnerError
 from runner.experiments import KINDS
 from runner.experiments.base import TrialContext
+from runner.files import atomic_write_text
+from runner.markdown import markdown_table
 from runner.store import ResultsStore
 
-__all__ = ["aggregate_rows", "build_report", "json_value", "markdown_table", "summary_frame", "typed_rows",
-           "write_text"]
+__all__ = ["aggregate_rows", "build_report", "json_value", "summary_frame", "typed_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,24 +39,6 @@ _BASE_COLUMNS = ["trial_id", "experiment", "kind", "mode", "repeat", "host", "en
 _FACTOR_COLUMNS = frozenset(_BASE_COLUMNS) - {"duration_s"}
 _COUNTED = ("ok", "failed", "skipped")  # every other status (interrupted, pending, running) counts as "other"
 SUMMARY_JSON_FORMAT = 1
-
-
-def write_text(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename it into
-    place: a reader never sees half a file, and the file is made by ``open()``, so it gets the
-    mode the umask gives (a report is meant to be shared)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _load_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
@@ -210,17 +192,6 @@ def summary_json(columns: list[str], trials: list[dict[str, Any]], campaign: str
     return json.dumps(doc, indent=2) + "\n"
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return "_none_\n"
-    cols = list(frame.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, row in frame.iterrows():
-        cells = ["" if pd.isna(v) else str(v).replace("|", "\\|").replace("\n", " ") for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def _fmt(value: float | int) -> str:
     if isinstance(value, int) or (float(value).is_integer() and abs(value) >= 1000):
         return str(int(value))
@@ -310,7 +281,7 @@ def _kind_sections(store: ResultsStore, records: dict[str, dict[str, Any]], plan
         spec = KINDS[name].report
         assert spec is not None
         frame = pd.DataFrame(rows).convert_dtypes()
-        write_text(store.root / spec.csv_name, frame.to_csv(index=False))
+        atomic_write_text(store.root / spec.csv_name, frame.to_csv(index=False))
         if spec.section is not None:
             parts.append(spec.section(frame, store.root))
     return parts
@@ -332,8 +303,8 @@ def build_report(root: Path) -> tuple[Path, Path]:
     counts = frame["status"].value_counts().to_dict() if not frame.empty else {}
     engines = sorted(set(frame["engine"])) if not frame.empty else []
     notes = _engine_notes(engines, plan)
-    csv_path = write_text(store.root / "summary.csv", frame.to_csv(index=False))
-    write_text(store.root / "summary.json", summary_json(list(frame.columns), trials, campaign, notes))
+    csv_path = atomic_write_text(store.root / "summary.csv", frame.to_csv(index=False))
+    atomic_write_text(store.root / "summary.json", summary_json(list(frame.columns), trials, campaign, notes))
     parts = [
         f"# Campaign {campaign}\n",
         f"- trials: {len(frame)} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'})",
@@ -358,5 +329,5 @@ def build_report(root: Path) -> tuple[Path, Path]:
     not_ok = frame[frame["status"] != "ok"] if not frame.empty else frame
     parts.append("\n## Not ok: failed, skipped, interrupted and pending trials, with reasons\n")
     parts.append(markdown_table(not_ok[["trial_id", "host", "status", "reason"]] if not not_ok.empty else not_ok))
-    md_path = write_text(store.root / "report.md", "\n".join(parts) + "\n")
+    md_path = atomic_write_text(store.root / "report.md", "\n".join(parts) + "\n")
     return csv_path, md_path

@@ -371,7 +371,7 @@ def _resolve_hosts(inventory: Path, pattern: str) -> tuple[list[str], str]:
         return [], f"inventory {inventory} is neither a file nor a folder"
     if inventory.is_file() and inventory.stat().st_size > 4 * 1024 * 1024:
         return [], f"inventory {inventory} is larger than 4 MiB: is it an Ansible inventory?"
-    from runner.inventory import Inventory  # ansible import costs ~0.3 s: only when needed
+    from runner.inventory import Inventory  # noqa: PLC0415 - ansible's import costs ~0.3 s: only when an inventory is read
 
     hosts = Inventory(inventory).hosts(pattern)
     odd = [h for h in hosts if not _HOST_NAME.match(h)]

@@ -18,53 +18,17 @@ definition is unchanged; an earlier attempt is moved to ``previous/``, never del
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from runner.errors import ResultsWriteError
+from runner.files import atomic_write_text
 from runner.plan import Trial
 
 __all__ = ["STATUSES", "ResultsStore", "atomic_write_text"]
 
 STATUSES = ("ok", "failed", "skipped", "refused", "interrupted")
-
-
-def _umask() -> int:
-    # /proc/self/status reads it without changing it (os.umask(0) would, for every thread at once).
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over ``path``: a reader
-    (or a full disk) never sees half a file. Raises ``ResultsWriteError`` when the disk refuses."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise ResultsWriteError(path, exc) from exc
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # what open() would give: results are shared, not 0600
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise ResultsWriteError(path, exc) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _dump(data: Any) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it (.ci/run): install, lint (ruff, yamllint, ansible-lint at the
-# production profile), CRIU for the snapshot tests (built by the criu role), pytest (unit, plugin,
+# The whole test suite, as CI runs it (.ci/run): install, lint (ruff, the import layers, yamllint,
+# ansible-lint at the production profile), CRIU for the snapshot tests (built by the criu role), pytest (unit, plugin,
 # stand-in, node tools, role specs and real-host integration tests), then every role scenario under
 # molecule (scripts/test-roles.sh: systemd containers and a QEMU VM it starts and stops itself,
 # images built from Debian packages and cached in .cache/role-test). Needs root.
@@ -16,6 +16,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 stamp lint
 ruff check .
+lint-imports
 yamllint -s .
 ansible-lint -q
 

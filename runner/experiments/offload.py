@@ -26,7 +26,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
+from runner.files import atomic_write_text
+from runner.markdown import markdown_table
+from runner.parse.metrics import parse_metrics_text, prefix_cache_run_rates
+from runner.parse.vllm_log import parse_log_file, parse_log_text
 
 __all__ = ["KIND", "RECIPES", "working_set"]
 
@@ -214,8 +219,6 @@ def _copy_logs(raw: Path) -> list[Path]:
 
 
 def _parsed_log(path: Path) -> dict[str, Any]:
-    from runner.errors import ParseError
-    from runner.parse.vllm_log import parse_log_file
 
     if not path.is_file():
         return {}
@@ -230,8 +233,6 @@ def _log_hit_rates(path: Path, load_end: int | None) -> dict[str, float]:
 
     vLLM's rates are token-weighted over its most recent 1000 requests, so a line written after
     the load would also count the quality check's requests: the log is cut where the load ended."""
-    from runner.errors import ParseError
-    from runner.parse.vllm_log import parse_log_text
 
     if not path.is_file():
         return {}
@@ -256,7 +257,6 @@ def _metric_rates(raw: Path) -> dict[str, float]:
     """Per-run hit rates from the /metrics deltas, hits and queries summed over engine copies; and
     external hit tokens per tier where the engine counts them (the stand-in does), which says
     whether a tier below host RAM was reached, measured rather than inferred."""
-    from runner.parse.metrics import parse_metrics_text, prefix_cache_run_rates
 
     totals: dict[str, float] = {}
     for before in sorted(raw.glob("metrics_before*.txt")):
@@ -342,7 +342,12 @@ def _quality(summary: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _load_figures(raw: Path) -> tuple[dict[str, Any], Any]:
-    from runner.parse.loadgen import barrier_violations, read_requests, session_context_tokens, turn_table
+    from runner.parse.loadgen import (  # noqa: PLC0415 - pulls in pandas (~1 s): only when collecting
+        barrier_violations,
+        read_requests,
+        session_context_tokens,
+        turn_table,
+    )
 
     frame = read_requests(raw / "requests.jsonl")
     turns = turn_table(frame)
@@ -487,8 +492,7 @@ def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _turn_rows(frame: Any, root: Path) -> list[dict[str, Any]]:
     """Per trial and turn, from each trial's requests.jsonl: ok trials, and the finished turns of a
     trial that stopped early (its status says so)."""
-    from runner.errors import ParseError
-    from runner.parse.loadgen import read_requests, turn_table
+    from runner.parse.loadgen import read_requests, turn_table  # noqa: PLC0415 - pulls in pandas
 
     rows: list[dict[str, Any]] = []
     for trial in frame.itertuples():
@@ -506,15 +510,13 @@ def _turn_rows(frame: Any, root: Path) -> list[dict[str, Any]]:
 
 
 def _section(frame: Any, root: Path) -> str:
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415 - pandas costs ~1 s: only when a report is built, never for --plan
 
-    from runner.report import markdown_table
-    from runner.report_charts import offload_ttft_chart, offload_turn_wall_chart
-    from runner.store import ResultsStore
+    from runner.report_charts import offload_ttft_chart, offload_turn_wall_chart  # noqa: PLC0415 - pandas and matplotlib: only when a report is built
 
     turns = pd.DataFrame(_turn_rows(frame, root))
     if not turns.empty:
-        ResultsStore(root).write_text("offload_turns.csv", turns.to_csv(index=False))
+        atomic_write_text(root / "offload_turns.csv", turns.to_csv(index=False))
     lines = ["\n## Offload: a multi-turn load whose working set exceeds the GPU KV pool\n",
              "Turn 0 is every session's first visit (a cold prefill in every mode); turns 1 on are the revisits "
              "an offload tier can serve. Hit rates: `*_log_last` is the server log's last stats line (vLLM's "

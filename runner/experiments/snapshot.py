@@ -17,6 +17,8 @@ from typing import Any
 from pydantic import Field
 
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
+from runner.markdown import markdown_table
+from runner.parse.snapshot_logs import classify, explain, last_error_lines
 
 __all__ = ["KIND"]
 
@@ -61,7 +63,6 @@ def _collect(ctx: TrialContext) -> dict[str, Any]:
 
 
 def _diagnose(ctx: TrialContext) -> str:
-    from runner.parse.snapshot_logs import classify, explain, last_error_lines
 
     raw = _raw(ctx)
     texts = [p.read_text(errors="replace") for p in raw.glob("*.log") if p.is_file()]
@@ -89,9 +90,7 @@ def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _section(frame: Any, root: Path) -> str:
-    import pandas as pd
-
-    from runner.report import markdown_table
+    import pandas as pd  # noqa: PLC0415 - pandas costs ~1 s: only when a report is built, never for --plan
 
     lines = ["\n## Snapshot: restore a started engine instead of starting it\n",
              "Failed and skipped modes stay rows with their reasons, never zero-second results.\n"]

@@ -17,7 +17,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field, computed_field
 
+from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
+from runner.markdown import markdown_table
+from runner.parse.vllm_log import parse_log_file
 
 __all__ = ["KIND", "RECIPES", "breakdown"]
 
@@ -72,8 +75,6 @@ def _raw(ctx: TrialContext) -> Path:
 
 
 def _parsed_log(raw: Path) -> dict[str, Any]:
-    from runner.errors import ParseError
-    from runner.parse.vllm_log import parse_log_file
 
     path = raw / "server.log"
     if not path.is_file():
@@ -169,7 +170,7 @@ def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _section(frame: Any, root: Path) -> str:
-    from runner.report_charts import startup_chart
+    from runner.report_charts import startup_chart  # noqa: PLC0415 - pandas and matplotlib: only when a report is built
 
     lines = ["\n## Startup: time to the first token, and where it went\n",
              "Each bar is one trial (repeats side by side: read the pairs, not a mean). Phases come from the "
@@ -181,7 +182,6 @@ def _section(frame: Any, root: Path) -> str:
     if len(ok):
         cols = ["mode", "repeat", "first_token_s", "weights_s", "compile_s", "graph_capture_s", "kernel_jit_s",
                 "engine_other_s", "other_s", "compile_cache_hit", "resident_fraction_before", "wake_to_first_token_s"]
-        from runner.report import markdown_table
 
         lines.append(markdown_table(ok[cols]))
     return "\n".join(lines)

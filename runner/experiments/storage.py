@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import Field
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
@@ -97,6 +99,8 @@ def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _section(frame: pd.DataFrame, _root: Path) -> str:
+    import pandas as pd  # noqa: PLC0415 - pandas costs ~1 s: only when a report is built, never for --plan
+
     lines = ["\n## Storage (fio)\n",
              f"Reference: the seed's fio sequential read on the 12 TB NVMe RAID0 was {SEED_READ_GB_S} GB/s "
              "(`seq_read_direct`, 1 MiB blocks, direct I/O). Medians over the repeats that finished ok; "
