@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A shell starts a background job with SIGINT ignored, and an ignored signal stays ignored across
+# exec: a suite started as `scripts/test.sh &` would hand every runner it starts a Ctrl-C that the
+# runner never sees, and the interrupt tests would fail. Python's own handler, as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
