@@ -2,7 +2,7 @@
 
     python -m nodetools.model_maker OUT_DIR [--preset qwen3-0.8b] [--layers N] [--hidden-size N]
         [--intermediate-size N] [--heads N] [--kv-heads N] [--head-dim N] [--vocab-size N]
-        [--max-position-embeddings N] [--max-shard-mib N] [--seed S] [--force] [--json]
+        [--max-position-embeddings N] [--max-shard-mib N] [--seed N] [--force] [--json]
 
 OUT_DIR receives a Qwen3 model (``Qwen3ForCausalLM``, tensors named as transformers and vLLM name
 them) with bf16 random weights in safetensors files (one file, or shards of at most

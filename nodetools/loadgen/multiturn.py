@@ -41,7 +41,7 @@ __all__ = ["MultiTurnLoad", "Workload"]
 
 @dataclass(frozen=True)
 class Workload:
-    """The load's shape; the defaults are the seed campaign's."""
+    """The load's shape; the defaults are the reference campaign's."""
 
     sessions: int = 32
     history_tokens: int = 100_000

@@ -76,7 +76,7 @@ def detect_loop(text: str) -> str | None:
 @dataclass(frozen=True)
 class QualitySpec:
     conversations: int = 8
-    turns: int = 3  # questions per conversation; 8 x 3 = the seed's 24
+    turns: int = 3  # questions per conversation; 8 x 3 = the reference campaign's 24
     doc_tokens: int = 6000
     seed: int = 0
     max_tokens: int = 256
@@ -95,7 +95,7 @@ def _ledger(rng: random.Random, n: int) -> list[_Depot]:
     names: set[str] = set()
     while len(names) < n:
         names.add("".join(rng.choices(_SYLLABLES, k=3)).capitalize())
-    ordered = sorted(names)  # a set's order depends on PYTHONHASHSEED: sort, then shuffle with the seed
+    ordered = sorted(names)  # a set's order depends on PYTHONHASHSEED: sort, then shuffle with the spec.seed RNG
     rng.shuffle(ordered)
     return [_Depot(name, rng.choice(_ITEMS), rng.randint(12, 987)) for name in ordered]
 

@@ -63,7 +63,7 @@ class _Strict(BaseModel):
 
 
 class WorkloadParams(_Strict):
-    """The load (defaults: the seed's 32 sessions x ~100K tokens, 8 in flight, 6 turns)."""
+    """The load (defaults: the reference campaign's 32 sessions x ~100K tokens, 8 in flight, 6 turns)."""
 
     sessions: int = Field(default=32, ge=1)
     history_tokens: int = Field(default=100_000, ge=0, description="each session's history before turn 0")
@@ -73,7 +73,8 @@ class WorkloadParams(_Strict):
     output_tokens: int = Field(default=400, ge=1, description="forced with min_tokens + ignore_eos")
     seed: int = 0
     request_timeout_s: float = Field(default=600, gt=0)
-    max_wall_s: float = Field(default=2400, gt=0, description="cap on the whole load (the seed's LMCache run: 40 min)")
+    max_wall_s: float = Field(default=2400, gt=0,
+                              description="cap on the whole load (the reference campaign's LMCache run: 40 min)")
     retries: int = Field(default=0, ge=0, description="off by default: a failed request is a recorded failure")
     max_failed_requests: int = Field(default=0, ge=0, description="more failed or unsent requests fail the trial")
 
@@ -82,7 +83,7 @@ class WorkloadParams(_Strict):
 
 
 class QualityParams(_Strict):
-    """Multi-turn arithmetic over a shared document (the seed: 24 questions), plus a loop check."""
+    """Multi-turn arithmetic over a shared document (the reference campaign: 24 questions), plus a loop check."""
 
     enabled: bool = True
     conversations: int = Field(default=8, ge=1)
@@ -98,7 +99,7 @@ class OffloadParams(ModeParams):
     workload: WorkloadParams = WorkloadParams()
     quality: QualityParams = QualityParams()
     engine_copies: int = Field(default=1, ge=1, description="engines started side by side on the node, "
-                               "each on an equal share of engine.gpus (the seed's gpt-oss run: 4)")
+                               "each on an equal share of engine.gpus (the reference campaign's gpt-oss run: 4)")
     cleanup: bool = Field(default=False, description="remove stale /dev/shm/vllm_offload_* files and leftover "
                           "engine containers instead of refusing to run")
     ready_timeout_s: float = Field(default=1800, gt=0, description="per engine copy, from start to first answer")
@@ -124,7 +125,8 @@ class HbmOnlyParams(OffloadParams):
 
 
 class _HostTier(OffloadParams):
-    offload_gib: float = Field(default=200, gt=0, description="host RAM per engine copy (the seed: 200 GiB)")
+    offload_gib: float = Field(default=200, gt=0,
+                               description="host RAM per engine copy (the reference campaign: 200 GiB)")
     ram_safety_factor: float = Field(
         default=2.0, ge=1.0, description="host RAM the preflight reserves per requested GiB: vLLM issue 53042 "
         "measured 1.92x the requested size as unreclaimable shared memory")
@@ -153,7 +155,7 @@ _LMCACHE_ARGS = {"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "k
 
 
 class _LmcacheImage(_Strict):
-    image: str = Field(default="", description="docker image with LMCache inside (the seed: "
+    image: str = Field(default="", description="docker image with LMCache inside (the reference campaign: "
                        "lmcache/vllm-openai:v0.5.6rc3); empty: the campaign's engine image")
     chunk_size: int = Field(default=256, ge=16, description="LMCACHE_CHUNK_SIZE: a multiple of the model's block")
 

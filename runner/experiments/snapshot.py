@@ -1,6 +1,6 @@
 """``snapshot``: restore a started engine instead of starting it (CRIU, cuda-checkpoint, vllm snapshot).
 
-The seed never got a number: both of its routes stopped at a CRIU without its CUDA plugin. Here
+The reference campaign never got a number: both of its routes stopped at a CRIU without its CUDA plugin. Here
 every precondition is a gate checked on the node before anything runs (a skip with a reason a
 user can act on), and every failure of the tools is recognised from their own logs
 (``runner.parse.snapshot_logs``) and recorded as the trial's reason with the log tail. Phases:

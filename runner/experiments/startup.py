@@ -1,6 +1,6 @@
 """``startup``: time a start to the first answer, then explain the wait from the server log.
 
-Each mode is a documented preparation of the node before the same start command (the seed's
+Each mode is a documented preparation of the node before the same start command (the reference campaign's
 table): which compile cache the engine gets, what the page cache holds, and the few flags that
 differ. The recipe is data (``recipe`` in the trial's params), so plan.json shows exactly what a
 trial does. Phases: ``prepare`` (preconditions, caches, page cache, launch file), ``measure`` (the

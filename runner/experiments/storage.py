@@ -1,6 +1,6 @@
-"""``storage``: the fio baseline of a node's data filesystem (the seed's 13.5 GB/s RAID0 read).
+"""``storage``: the fio baseline of a node's data filesystem (the reference campaign's 13.5 GB/s RAID0 read).
 
-``seq_read_direct`` is the figure the seed quotes: sequential reads, 1 MiB blocks, direct I/O,
+``seq_read_direct`` is the figure the reference campaign quotes: sequential reads, 1 MiB blocks, direct I/O,
 enough queue depth and jobs to saturate an NVMe RAID0. ``buffered_read`` reads the same way
 through the page cache, one cold pass per file (fio drops the file's cached pages first), which
 is what a model load from disk sees. Both run the fio role's ``run`` entry point
@@ -8,7 +8,7 @@ is what a model load from disk sees. Both run the fio role's ``run`` entry point
 mounted filesystem), or on a block device that holds no data; the role refuses anything else.
 
 The trial fetches ``raw/<host>/fio-<mode>.json`` and the job file; ``collect`` parses the JSON
-(:mod:`runner.parse.fio`) into ``bw_bytes``, ``gb_s`` (decimal GB/s, as fio and the seed
+(:mod:`runner.parse.fio`) into ``bw_bytes``, ``gb_s`` (decimal GB/s, as fio and the reference campaign
 quote them), ``iops`` and completion-latency percentiles in µs. ``storage.csv`` has one row per
 trial with the job's parameters and those figures.
 """
@@ -32,7 +32,7 @@ __all__ = ["KIND", "PLAYBOOK", "BufferedReadParams", "SeqReadDirectParams", "sto
 
 PLAYBOOK = "playbooks/experiments/storage.yml"
 _SIZE = r"^[1-9][0-9]*[KMGTP]?$"  # fio's sizes, base 2: 512M, 16G
-SEED_READ_GB_S = 13.5  # the seed's fio sequential read on the 12 TB NVMe RAID0 (8x H200 node)
+REFERENCE_READ_GB_S = 13.5  # the reference campaign's fio sequential read on the 12 TB NVMe RAID0 (8x H200 node)
 
 
 class _FioParams(ModeParams):
@@ -102,7 +102,8 @@ def _section(frame: pd.DataFrame, _root: Path) -> str:
     import pandas as pd  # noqa: PLC0415 - pandas costs ~1 s: only when a report is built, never for --plan
 
     lines = ["\n## Storage (fio)\n",
-             f"Reference: the seed's fio sequential read on the 12 TB NVMe RAID0 was {SEED_READ_GB_S} GB/s "
+             "Reference: the reference campaign's fio sequential read on the 12 TB NVMe RAID0 was "
+             f"{REFERENCE_READ_GB_S} GB/s "
              "(`seq_read_direct`, 1 MiB blocks, direct I/O). Medians over the repeats that finished ok; "
              "full rows in `storage.csv`.\n"]
     ok = frame[frame["status"] == "ok"]
@@ -123,7 +124,8 @@ def _section(frame: pd.DataFrame, _root: Path) -> str:
 
 KIND = ExperimentKind(
     name="storage",
-    summary="fio baseline of the data filesystem: direct sequential read (the seed's 13.5 GB/s) and buffered read",
+    summary="fio baseline of the data filesystem: direct sequential read (the reference campaign's 13.5 GB/s) "
+            "and buffered read",
     phases=(Phase("run", PLAYBOOK),),
     modes={"seq_read_direct": SeqReadDirectParams, "buffered_read": BufferedReadParams},
     default_modes=("seq_read_direct", "buffered_read"),

@@ -1,7 +1,7 @@
 """Recognise why CRIU, cuda-checkpoint or ``vllm snapshot`` failed, from their own logs.
 
 Each signature maps to a label and a sentence a user can act on; the snapshot experiment puts
-them in the trial's reason, so a failed snapshot mode is a row that explains itself (the seed's
+them in the trial's reason, so a failed snapshot mode is a row that explains itself (the reference campaign's
 two routes both stopped at messages like these).
 """
 

@@ -1,5 +1,5 @@
 """The offload experiment end to end on this machine with the stand-in, through real ansible-runner:
-the seed's shape, the preflight's refusals, and an engine that dies in the middle of the load."""
+the reference campaign's shape, the preflight's refusals, and an engine that dies in the middle of the load."""
 
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def rows(results: Path, name: str) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def test_local_campaign_shows_the_seeds_shape(write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
+def test_local_campaign_shows_the_reference_campaigns_shape(write_campaign: Callable[[str], Path],
+                                                            tmp_path: Path) -> None:
     data = local_campaign(tmp_path)
     results = tmp_path / "results"
     assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results)]) == 0

@@ -2,7 +2,7 @@
 
 13 sessions of 100 blocks each visit a 1,000-block pool round-robin, each turn re-sending the
 session's whole history plus one block: every session's blocks are evicted before its next turn,
-so the GPU prefix cache hits almost nothing (the seed campaign's 0.0%), while a host-RAM tier
+so the GPU prefix cache hits almost nothing (the reference campaign's 0.0%), while a host-RAM tier
 large enough for the working set serves nearly every prompt token as an external hit.
 """
 

@@ -99,7 +99,7 @@ def test_shipped_campaigns_validate(name: str) -> None:
 def test_working_set_says_which_tier_can_be_reached() -> None:
     seed = working_set(3_660_000, 32, 2_920_000, 0)
     assert seed["ws_over_hbm"] == 1.253 and "1.25x the GPU KV pool" in seed["tier_note"]
-    # The seed's RAID tier: 4 GPUs held the whole working set.
+    # The reference campaign's RAID tier: 4 GPUs held the whole working set.
     raid = working_set(3_660_000, 32, 4_310_000, 6_000_000)
     assert raid["tier_note"].startswith("working set 3,660,000 tokens fits the GPU KV pool (4,310,000)")
     ram = working_set(3_660_000, 32, 2_920_000, 6_000_000)

@@ -9,7 +9,7 @@ import pytest
 from runner.parse.snapshot_logs import classify, explain, last_error_lines
 
 SEED_LINES = {
-    # the seed's two routes, as their tools printed them
+    # the reference campaign's two routes, as their tools printed them
     "criu_cuda_plugin_failed": "Error (criu/cr-dump.c:1520): handle_device_vma plugin failed: No such file",
     "criu_nonregular_mapping": "Error (criu/proc_parse.c:210): Can't handle non-regular mapping on 4242's map 7f00",
     "vllm_snapshot_plugin_dir": "RuntimeError: CRIU_CUDA_PLUGIN_DIR is required",
