@@ -28,6 +28,7 @@ from runner.livelog import LogFollower
 from runner.plan import Plan, Trial, remote_dir
 from runner.progress import Progress
 from runner.provenance import REPO_ROOT, git_state, inventory_digest, tool_versions
+from runner.records import TrialRecord, TrialStatus
 from runner.secrets import Secrets
 from runner.spec import LoadedCampaign
 from runner.store import ResultsStore
@@ -50,7 +51,7 @@ class CampaignOutcome:
 
     @property
     def failed(self) -> int:
-        return self.counts.get("failed", 0)
+        return self.counts.get(TrialStatus.FAILED, 0)
 
 
 @dataclass
@@ -134,11 +135,11 @@ def _skip_reason(trial_dir: Path) -> str | None:
     return path.read_text().strip() or "skipped by the playbook"
 
 
-def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_error: str) -> str:
+def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_error: str) -> TrialStatus:
     kind = KINDS[trial.kind]
     trial_dir = ctx.store.begin_trial(trial.id)
-    record: dict[str, Any] = {
-        **trial.as_dict(), "status": "running", "reason": "", "phases": [], "metrics": {},
+    record: TrialRecord = {
+        **trial.as_dict(), "status": TrialStatus.RUNNING, "reason": "", "phases": [], "metrics": {},
         "engine_label": (trial.engine or {}).get("kind", "none"), "host_facts": facts,
         "started": time.time(),
     }
@@ -162,10 +163,11 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
             lost = lost or any(f.kind in ("unreachable", "timeout") for f in result.failures)
     skip = _skip_reason(trial_dir)
     trial_ctx = TrialContext(trial.mode, trial.params, trial.engine or {}, trial_dir, trial.host)
+    status: TrialStatus
     if canceled:
-        status, reason = "interrupted", "stopped by the user (Ctrl-C); the next run repeats it"
+        status, reason = TrialStatus.INTERRUPTED, "stopped by the user (Ctrl-C); the next run repeats it"
     elif failures:
-        status, reason = "failed", failures[0]
+        status, reason = TrialStatus.FAILED, failures[0]
         try:
             more = kind.diagnose(trial_ctx)
         except Exception:  # a diagnosis must never hide the failure itself
@@ -176,14 +178,15 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     elif skip is not None:
         # A node preflight refusing the campaign's own settings is no skip by design: it is counted
         # apart, and the run's exit code says so.
-        status, reason = ("refused" if skip.startswith(REFUSED_PREFIX) else "skipped"), skip
+        status = TrialStatus.REFUSED if skip.startswith(REFUSED_PREFIX) else TrialStatus.SKIPPED
+        reason = skip
     else:
-        status, reason = "ok", ""
+        status, reason = TrialStatus.OK, ""
         try:
             record["metrics"] = kind.collect(trial_ctx)
         except Exception as exc:
             logger.exception("collect failed for %s", trial.id)
-            status, reason = "failed", f"collect: {exc}"
+            status, reason = TrialStatus.FAILED, f"collect: {exc}"
     record.update(status=status, reason=reason, ended=time.time())
     record["duration_s"] = round(record["ended"] - record["started"], 3)
     ctx.store.save_trial(trial.id, record)
@@ -206,16 +209,16 @@ def _answers(ctx: _Ctx, host: str) -> bool:
     return result.ok
 
 
-def _record_not_tried(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, reason: str) -> str:
+def _record_not_tried(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, reason: str) -> TrialStatus:
     now = time.time()
     ctx.store.begin_trial(trial.id)
     ctx.store.save_trial(trial.id, {
-        **trial.as_dict(), "status": "failed", "reason": f"not tried: {reason}", "phases": [], "metrics": {},
+        **trial.as_dict(), "status": TrialStatus.FAILED, "reason": f"not tried: {reason}", "phases": [], "metrics": {},
         "engine_label": (trial.engine or {}).get("kind", "none"), "host_facts": facts,
         "started": now, "ended": now, "duration_s": 0.0,
     })
-    ctx.progress.trial_finished(trial.id, "failed", f"not tried: {reason}", 0.0)
-    return "failed"
+    ctx.progress.trial_finished(trial.id, TrialStatus.FAILED, f"not tried: {reason}", 0.0)
+    return TrialStatus.FAILED
 
 
 def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:

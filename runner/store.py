@@ -25,10 +25,9 @@ from typing import Any
 
 from runner.files import atomic_write_text
 from runner.plan import Trial
+from runner.records import KEPT, TrialRecord, TrialStatus
 
-__all__ = ["STATUSES", "ResultsStore", "atomic_write_text"]
-
-STATUSES = ("ok", "failed", "skipped", "refused", "interrupted")
+__all__ = ["ResultsStore", "atomic_write_text"]
 
 
 def _dump(data: Any) -> str:
@@ -73,14 +72,14 @@ class ResultsStore:
     def trial_dir(self, trial_id: str) -> Path:
         return self.trials_dir / trial_id
 
-    def load_trial(self, trial_id: str) -> dict[str, Any] | None:
+    def load_trial(self, trial_id: str) -> TrialRecord | None:
         record = self.read_json(Path("trials") / trial_id / "trial.json")
         return record if isinstance(record, dict) else None
 
-    def save_trial(self, trial_id: str, record: dict[str, Any]) -> None:
+    def save_trial(self, trial_id: str, record: TrialRecord) -> None:
         self.write_json(Path("trials") / trial_id / "trial.json", record)
 
-    def iter_trials(self) -> Iterator[dict[str, Any]]:
+    def iter_trials(self) -> Iterator[TrialRecord]:
         if not self.trials_dir.is_dir():
             return
         for d in sorted(self.trials_dir.iterdir()):
@@ -110,8 +109,8 @@ class ResultsStore:
         if record.get("definition_hash") != trial.definition_hash():
             return True, "definition changed"
         status = record.get("status")
-        if status in ("ok", "skipped"):
+        if status in KEPT:
             return False, f"kept ({status})"
-        if status in ("failed", "refused"):
+        if status in (TrialStatus.FAILED, TrialStatus.REFUSED):
             return (True, f"retry {status}") if retry_failed else (False, f"kept ({status}; --retry-failed reruns)")
         return True, f"resume ({status or 'incomplete'})"
