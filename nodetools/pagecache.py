@@ -2,7 +2,14 @@
 
     python -m nodetools.pagecache resident PATH...   # prints the resident fraction (0..1) or "unknown"
     python -m nodetools.pagecache warm PATH...       # reads every file once (weights into the page cache)
+    python -m nodetools.pagecache evict PATH...      # these files out of the page cache; prints JSON
     python -m nodetools.pagecache drop               # sync; echo 3 > /proc/sys/vm/drop_caches (root)
+
+``evict`` is the polite drop: ``posix_fadvise(DONTNEED)`` on each file (after ``fdatasync``, as
+the kernel keeps dirty pages), then the resident fraction read back, so a trial records what it
+achieved. It leaves the rest of a shared machine's page cache alone (the libraries and Python
+files other users, and the engine's own imports, have there); ``drop`` empties the whole cache,
+which is right only where the node is the campaign's alone.
 
 The resident fraction comes from util-linux ``fincore`` (or mincore(2) where fincore is missing);
 a cold-start trial records it right before the start, so "page cache dropped" is a measured
@@ -12,6 +19,7 @@ state, not an assumption. Stdlib only.
 from __future__ import annotations
 
 import ctypes
+import json
 import mmap
 import os
 import shutil
@@ -21,7 +29,7 @@ from pathlib import Path
 
 from nodetools import exitcodes
 
-__all__ = ["drop", "files_under", "resident_fraction", "warm"]
+__all__ = ["drop", "evict", "files_under", "resident_fraction", "warm"]
 
 _CHUNK = 8 << 20
 
@@ -90,6 +98,25 @@ def warm(paths: list[str]) -> int:
     return total
 
 
+def evict(paths: list[str]) -> dict[str, object]:
+    """Ask the kernel to drop these files' pages; returns what it achieved:
+    ``{"method": "files", "files": N, "bytes": B, "resident_after": fraction or None}``.
+
+    A page that another process holds mapped and locked stays; the fraction read back says so."""
+    files = files_under(paths)
+    total = 0
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)  # DONTNEED skips dirty pages
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            total += os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    return {"method": "files", "files": len(files), "bytes": total,
+            "resident_after": resident_fraction(paths) if files else None}
+
+
 def drop() -> None:
     os.sync()
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
@@ -103,10 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"{'unknown' if fraction is None else fraction}\n")
     elif command == "warm" and paths:
         sys.stdout.write(f"{warm(paths)}\n")
+    elif command == "evict" and paths:
+        sys.stdout.write(json.dumps(evict(paths)) + "\n")
     elif command == "drop" and not paths:
         drop()
     else:
-        sys.stderr.write("usage: python -m nodetools.pagecache {resident PATH...|warm PATH...|drop}\n")
+        sys.stderr.write("usage: python -m nodetools.pagecache {resident PATH...|warm PATH...|evict PATH...|drop}\n")
         return exitcodes.BAD_INPUT
     return exitcodes.OK
 

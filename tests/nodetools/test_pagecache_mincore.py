@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -33,3 +34,27 @@ def test_mincore_agrees_with_fincore_and_is_the_fallback(tmp_path: Path, monkeyp
     monkeypatch.setattr(pagecache.shutil, "which", lambda name: None)  # a node without fincore
     evict(path)
     assert pagecache.resident_fraction([str(tmp_path)]) == pagecache._resident_fraction_mincore([path]) < 0.5
+
+
+def test_evict_drops_only_the_named_files_and_says_what_it_achieved(tmp_path: Path) -> None:
+    model, other = tmp_path / "model", tmp_path / "other.bin"
+    model.mkdir()
+    for i in range(3):
+        (model / f"shard-{i}.safetensors").write_bytes(os.urandom(4 << 20))
+    other.write_bytes(os.urandom(4 << 20))
+    pagecache.warm([str(model), str(other)])
+    assert pagecache.resident_fraction([str(model)]) == 1.0
+    result = pagecache.evict([str(model)])
+    assert result["method"] == "files" and result["files"] == 3 and result["bytes"] == 3 * (4 << 20)
+    assert isinstance(result["resident_after"], float) and result["resident_after"] < 0.1
+    assert pagecache.resident_fraction([str(model)]) == result["resident_after"]
+    assert pagecache.resident_fraction([str(other)]) == 1.0  # the rest of the machine's cache is untouched
+
+
+def test_evict_from_the_command_line_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "w.bin"
+    path.write_bytes(os.urandom(1 << 20))
+    assert pagecache.main(["evict", str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["files"] == 1 and out["resident_after"] < 0.5
+    assert pagecache.main(["evict"]) == 2  # no path: bad input
