@@ -181,7 +181,18 @@ def _engine_notes(engines: list[str], plan: dict[str, Any]) -> list[str]:
     if rehearsal:
         notes.append(f"**random weights** ({', '.join(rehearsal)}, made by nodetools.model_maker): timings, memory "
                      "and caches are the real engine's; its answers, and so the quality checks, mean nothing.")
+    dummy = sum(1 for t in plan["trials"] if _load_format(t.get("engine") or {}) == "dummy")
+    if dummy:
+        some = "" if dummy == len(plan["trials"]) else f" ({dummy} of {len(plan['trials'])} trials)"
+        notes.append(f"**dummy weights**{some} (--load-format dummy): vLLM made random weights on the GPU and read "
+                     "none from disk, so no figure here includes loading weights; compute, KV cache and offload "
+                     "timings are the real engine's.")
     return notes
+
+
+def _load_format(engine: dict[str, Any]) -> str:
+    args = engine.get("args") or {}
+    return str(args.get("load-format") or args.get("load_format") or "")
 
 
 def summary_json(columns: list[str], trials: list[dict[str, Any]], campaign: str, notes: list[str]) -> str:

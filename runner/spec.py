@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from nodetools.model_shapes import CONFIG_ONLY_PRESETS, PRESETS
 from runner.errors import SpecError
 from runner.experiments import KINDS
 from runner.overrides import Override, apply_overrides
@@ -381,6 +382,29 @@ def _resolve_hosts(inventory: Path, pattern: str) -> tuple[list[str], str]:
     return hosts, ""
 
 
+# Kinds that time reading the weights: vLLM's --load-format dummy (random weights made on the GPU,
+# nothing read from disk) would fake that phase.
+_MEASURES_WEIGHT_LOADING = {"startup": "it times reading the weights, which --load-format dummy skips"}
+
+
+def _weights_problems(engine: Engine, exp: Experiment, index: int) -> list[tuple[Loc, str]]:
+    """Dummy weights where the kind measures loading them, and a config-only rehearsal model
+    (no weights on disk) without them."""
+    args = {**engine.args, **exp.engine_args}
+    dummy = (args.get("load-format") or args.get("load_format")) == "dummy"
+    if dummy and exp.kind in _MEASURES_WEIGHT_LOADING:
+        return [(("experiments", index, "kind"), f"kind {exp.kind} cannot run with engine.args load-format dummy: "
+                 f"{_MEASURES_WEIGHT_LOADING[exp.kind]} (use a rehearsal model with weights, or another kind)")]
+    preset = engine.rehearsal_model or ""
+    if preset and preset not in PRESETS:
+        return [(("engine", "rehearsal_model"), f"unknown preset {preset!r} (known: {', '.join(PRESETS)})"
+                 f"{did_you_mean(preset, PRESETS)}")]
+    if preset in CONFIG_ONLY_PRESETS and not dummy:
+        return [(("engine", "rehearsal_model"), f"preset {preset} is written without weights (config and tokenizer "
+                 f"only): experiment {exp.label} needs engine.args load-format: dummy")]
+    return []
+
+
 def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Override] | None = None,
                   inventory: Path | None = None, limit: str | None = None) -> LoadedCampaign:
     """Read, validate and resolve a campaign file, or raise ``SpecError`` with every problem.
@@ -421,6 +445,8 @@ def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Overr
     for i, exp in enumerate(campaign.experiments):
         if KINDS[exp.kind].needs_engine and campaign.engine is None:
             errors.append((("experiments", i, "kind"), f"kind {exp.kind} starts an engine: the campaign needs engine:"))
+        if KINDS[exp.kind].needs_engine and campaign.engine is not None:
+            errors.extend(e for e in _weights_problems(campaign.engine, exp, i) if e not in errors)
         if exp.label in labels:
             errors.append(((*("experiments", i), "name"), f"experiment name {exp.label!r} is used twice "
                            f"(also experiments[{labels[exp.label]}]): give each a distinct name"))

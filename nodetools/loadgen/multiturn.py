@@ -35,40 +35,9 @@ from nodetools.loadgen.client import Conversation, Result, stream_chat
 from nodetools.loadgen.lag import LoopLag
 from nodetools.loadgen.sizing import ServerTokenizer, build_history, sized_text
 from nodetools.loadgen.text import TextSource
+from nodetools.loadgen.workload import Workload
 
 __all__ = ["MultiTurnLoad", "Workload"]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """The load's shape; the defaults are the reference campaign's."""
-
-    sessions: int = 32
-    history_tokens: int = 100_000
-    concurrency: int = 8
-    turns: int = 6
-    turn_tokens: int = 2_400
-    output_tokens: int = 400
-    seed: int = 0
-    request_timeout_s: float = 600.0
-    max_wall_s: float = 2400.0
-    retries: int = 0
-    exchange_tokens: int = 2_000  # size of the synthetic earlier exchanges a history is made of
-
-    def problems(self) -> list[str]:
-        out = [f"{name} must be >= 1" for name in ("sessions", "concurrency", "turns", "output_tokens")
-               if getattr(self, name) < 1]
-        out += [f"{name} must be >= 0" for name in ("history_tokens", "turn_tokens", "retries")
-                if getattr(self, name) < 0]
-        out += [f"{name} must be > 0" for name in ("request_timeout_s", "max_wall_s") if getattr(self, name) <= 0]
-        return out
-
-    def context_tokens(self) -> int:
-        """About how long each session's context is once its last turn is answered."""
-        return self.history_tokens + self.turns * (self.turn_tokens + self.output_tokens)
-
-    def working_set_tokens(self) -> int:
-        return self.sessions * self.context_tokens()
 
 
 @dataclass

@@ -30,6 +30,7 @@ import aiohttp
 from nodetools.loadgen.client import Conversation, get_json, stream_chat
 from nodetools.loadgen.sizing import ServerTokenizer
 from nodetools.loadgen.text import TextSource
+from nodetools.loadgen.workload import QualitySpec
 
 __all__ = ["QualityCheck", "QualitySpec", "detect_loop", "extract_answer"]
 
@@ -71,17 +72,6 @@ def detect_loop(text: str) -> str | None:
         if lines[i] == lines[i + 1] == lines[i + 2] == lines[i + 3]:
             return f"line {lines[i][:40]!r} repeated 4+ times"
     return None
-
-
-@dataclass(frozen=True)
-class QualitySpec:
-    conversations: int = 8
-    turns: int = 3  # questions per conversation; 8 x 3 = the reference campaign's 24
-    doc_tokens: int = 6000
-    seed: int = 0
-    max_tokens: int = 256
-    request_timeout_s: float = 300.0
-    concurrency: int = 4
 
 
 @dataclass(frozen=True)

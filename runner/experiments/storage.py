@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, computed_field
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,14 +28,23 @@ from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
 from runner.parse.fio import parse_fio_json, summarize
 
-__all__ = ["KIND", "PLAYBOOK", "BufferedReadParams", "SeqReadDirectParams", "storage_metrics"]
+__all__ = ["KIND", "PLAYBOOK", "STORAGE_MODES", "BufferedReadParams", "SeqReadDirectParams", "storage_metrics"]
 
 PLAYBOOK = "playbooks/experiments/storage.yml"
 _SIZE = r"^[1-9][0-9]*[KMGTP]?$"  # fio's sizes, base 2: 512M, 16G
 REFERENCE_READ_GB_S = 13.5  # the reference campaign's fio sequential read on the 12 TB NVMe RAID0 (8x H200 node)
 
 
+# What each mode measures: fio's access pattern, I/O path and engine; sizes and depths come from
+# the campaign. ``job`` in a trial's params carries it to the playbook (plan.json shows it).
+STORAGE_MODES: dict[str, dict[str, Any]] = {
+    "seq_read_direct": {"rw": "read", "direct": True, "ioengine": "libaio"},
+    "buffered_read": {"rw": "read", "direct": False, "ioengine": "psync"},  # synchronous: queue depth 1
+}
+
+
 class _FioParams(ModeParams):
+    MODE: ClassVar[str] = ""
     target: str = Field(default="/mnt/data/fio", pattern=r"^/",
                         description="Directory on the mounted data filesystem (files laid out inside), "
                                     "or a block device that holds no data.")
@@ -45,13 +54,22 @@ class _FioParams(ModeParams):
     runtime_s: int = Field(default=30, gt=0, le=3600, description="Measurement length (upper bound when buffered).")
     keep_files: bool = Field(default=True, description="Keep the laid-out files for the next repeat.")
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def job(self) -> dict[str, Any]:
+        """The fio job of this mode: its pattern, I/O path and engine, and the queue depth per job."""
+        return {**STORAGE_MODES[self.MODE], "iodepth": int(getattr(self, "iodepth", 1))}
+
 
 class SeqReadDirectParams(_FioParams):
+    MODE: ClassVar[str] = "seq_read_direct"
     iodepth: int = Field(default=32, ge=1, le=4096, description="Queue depth per job (libaio).")
 
 
 class BufferedReadParams(_FioParams):
     """Buffered reads use a synchronous engine: the queue depth is 1 by construction."""
+
+    MODE: ClassVar[str] = "buffered_read"
 
 
 def storage_metrics(rows: list[dict[str, Any]], source: str) -> dict[str, Any]:
@@ -91,8 +109,7 @@ _METRIC_COLUMNS = ("gb_s", "bw_bytes", "iops", "clat_p50_us", "clat_p99_us", "cl
 def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     params = record.get("params") or {}
     row: dict[str, Any] = {key: params.get(key) for key in _PARAM_COLUMNS}
-    if record.get("mode") == "buffered_read":
-        row["iodepth"] = 1
+    row["iodepth"] = (params.get("job") or {}).get("iodepth", row["iodepth"])  # buffered: 1 by construction
     metrics = (record.get("metrics") or {}) if record.get("status") == "ok" else {}
     row.update({key: metrics.get(key) for key in _METRIC_COLUMNS})
     return [row]
@@ -127,7 +144,7 @@ KIND = ExperimentKind(
     summary="fio baseline of the data filesystem: direct sequential read (the reference campaign's 13.5 GB/s) "
             "and buffered read",
     phases=(Phase("run", PLAYBOOK),),
-    modes={"seq_read_direct": SeqReadDirectParams, "buffered_read": BufferedReadParams},
+    modes={m.MODE: m for m in (SeqReadDirectParams, BufferedReadParams)},
     default_modes=("seq_read_direct", "buffered_read"),
     # A storage baseline needs the node's disks to itself.
     resources=lambda _ctx: Resources(exclusive=True),

@@ -69,6 +69,7 @@ def rows(results: Path, name: str) -> list[dict[str, str]]:
 def test_local_campaign_shows_the_reference_campaigns_shape(write_campaign: Callable[[str], Path],
                                                             tmp_path: Path) -> None:
     data = local_campaign(tmp_path)
+    data["engine"]["args"]["load-format"] = "dummy"  # no weight loading is measured here: none is read
     results = tmp_path / "results"
     assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results)]) == 0
     trials = {r["mode"]: r for r in rows(results, "offload.csv")}
@@ -92,9 +93,18 @@ def test_local_campaign_shows_the_reference_campaigns_shape(write_campaign: Call
     by = {(r["mode"], int(r["turn"])): r for r in turns}
     for turn in (1, 2, 3):
         assert float(by[("native_cpu", turn)]["cached_pct"]) > 90 > float(by[("hbm_only", turn)]["cached_pct"]) + 80
+    assert all(r["latency_p90_s"] and float(r["ttft_p90_s"]) >= float(r["ttft_median_s"]) for r in turns)
     report = (results / "report.md").read_text()
     for chart in ("offload_ttft.png", "offload_turn_wall.png"):
         assert f"]({chart})" in report and (results / chart).stat().st_size > 10_000
+    # Dummy weights are said once in the campaign, recorded per trial and named in the report.
+    assert "**dummy weights** (--load-format dummy): vLLM made random weights on the GPU" in report
+    assert native["weights"].startswith("dummy (--load-format dummy")
+    assert "Per turn, median over the ok repeats" in report
+    assert "; sizes: GPU pool 60,000 tokens" in report and "host RAM tier 0.5 GiB (131,072 tokens)" in report
+    record = json.loads((results / "trials/offload.native_cpu.r1@localhost/trial.json").read_text())
+    assert record["engine"]["args"]["load-format"] == "dummy"
+    assert record["resources"]["offload"]["sizing"]["ws_over_pool"] == pytest.approx(1.31, abs=0.01)
     raw = results / "trials/offload.native_cpu.r1@localhost/raw/localhost"
     for name in ("server.log", "requests.jsonl", "run.json", "metrics_before.txt", "metrics_after.txt",
                  "quality.jsonl", "preflight.json", "launch.json", "facts_after.json"):

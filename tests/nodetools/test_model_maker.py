@@ -283,7 +283,7 @@ def test_an_interrupted_make_leaves_the_old_model_and_no_half_model(
     def interrupted(*args: object) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(model_maker, "_write_tokenizer", interrupted)
+    monkeypatch.setattr(model_maker, "train_tokenizer", interrupted)
     with pytest.raises(KeyboardInterrupt):
         model_maker.main([str(out), *TINY, "--layers", "3"])
     with pytest.raises(KeyboardInterrupt):
@@ -354,3 +354,43 @@ def test_the_reference_preset_is_the_pages_0_84_b_model() -> None:
     ) == (2048, 16, 16, 8, 128, 6144, 8192)
     parameters = sum(int(np.prod(s)) for s in _expected_tensors(cfg).values())
     assert parameters == 838_932_480  # 0.84 B, 1.68 GB in bf16
+
+
+def test_config_only_writes_no_weights_and_says_how_to_serve_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m"
+    result = _make(out, "--config-only", capsys=capsys)
+    assert not list(out.glob("*.safetensors")) and not (out / "model.safetensors.index.json").exists()
+    assert result["load_format"] == "dummy" and result["bytes"] == 0 and result["spec"]["config_only"] is True
+    assert set(result["files"]) == {"config.json", "generation_config.json", "tokenizer.json",
+                                    "tokenizer_config.json", "special_tokens_map.json"}
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 2
+    assert _make(out, "--config-only", capsys=capsys)["changed"] is False  # complete: its files are all there
+    (out / "tokenizer.json").write_text("{}")
+    assert _make(out, "--config-only", capsys=capsys)["changed"] is True  # a damaged one is remade
+    weighted = _make(out, capsys=capsys)  # the same shape with weights is another model
+    assert weighted["changed"] is True and (out / "model.safetensors").is_file()
+    assert "config_only" not in weighted["spec"]
+    assert model_maker.main([str(out), *TINY, "--config-only"]) == 0
+    assert "no weights: config and tokenizer only, serve it with --load-format dummy" in capsys.readouterr().out
+
+
+def test_the_32b_preset_is_qwen3_32b_shaped_and_written_without_weights(tmp_path: Path) -> None:
+    shape = model_maker.PRESETS["qwen3-32b"]
+    assert (shape.hidden_size, shape.num_hidden_layers, shape.num_attention_heads, shape.num_key_value_heads,
+            shape.head_dim, shape.intermediate_size) == (5120, 64, 64, 8, 128, 25600)
+    assert shape.kv_bytes_per_token() == 2 * 64 * 8 * 128 * 2  # 256 KiB a token
+    assert shape.parameters() * 2 < 141e9 / 2  # bf16 weights fit one H200 with half of it left for the KV pool
+    made = _make_cli_preset(tmp_path / "m32", "qwen3-32b")
+    assert made["load_format"] == "dummy" and made["parameters"] == shape.parameters() == 31_290_184_704
+    assert made["kv_bytes_per_token"] == 262_144
+    assert sum(p.stat().st_size for p in (tmp_path / "m32").iterdir()) < 2_000_000  # no 62 GB of weights
+    config = json.loads((tmp_path / "m32" / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"]) == (64, 8, 128)
+
+
+def _make_cli_preset(out: Path, preset: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "nodetools.model_maker", str(out), "--preset", preset, "--json"],
+                          capture_output=True, text=True, cwd=REPO, check=True)
+    return json.loads(done.stdout)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nodetools.offload.preflight import _module_check
+from nodetools.offload.run import quality_spec, ready_timeout
 from nodetools.offload_run import (
     Need,
     clear_leftovers,
@@ -163,3 +166,27 @@ def test_gpus_are_shared_evenly_between_copies() -> None:
     assert split_gpus((), 3) == [[], [], []]
     with pytest.raises(ValueError, match="3 GPUs cannot be split evenly between 2 engine copies"):
         split_gpus((0, 1, 2), 2)
+
+
+def test_a_modes_package_is_looked_for_with_the_engines_pythonpath(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "lmcache_standin").mkdir(parents=True)
+    (site / "lmcache_standin" / "__init__.py").write_text("")
+    need = Need(python=sys.executable, python_module="lmcache_standin")
+    (missing,) = _module_check(need)
+    assert missing == (f"python module lmcache_standin is not installed beside the engine ({sys.executable}): "
+                       "the mode needs it")
+    assert _module_check(Need(python=sys.executable, python_module="lmcache_standin", pythonpath=str(site))) == []
+    assert _module_check(Need(python=str(tmp_path / "nopython"), python_module="x")) == [
+        f"python {str(tmp_path / 'nopython')!r} for the engine does not exist"]
+    assert _module_check(Need(python_module="x", image="lmcache/vllm-openai:v1")) == []  # checked in the image
+
+
+def test_the_wait_for_an_engine_stays_inside_the_phase_and_quality_can_be_off() -> None:
+    assert ready_timeout(1800, 540) == 510 and ready_timeout(60, 540) == 60
+    assert ready_timeout(1800, 20) == 10 and ready_timeout(1800, 0) == 1800
+    assert quality_spec('{"enabled": false, "conversations": 2}') is None and quality_spec("") is None
+    spec = quality_spec('{"enabled": true, "conversations": 2, "turns": 2}')
+    assert spec is not None and (spec.conversations, spec.turns, spec.doc_tokens) == (2, 2, 6000)
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        quality_spec("[1]")

@@ -8,8 +8,19 @@ import random
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
 
-from nodetools.loadgen.quality import QualityCheck, QualitySpec, _Depot, _questions, detect_loop, extract_answer
+from nodetools.loadgen.quality import (
+    QualityCheck,
+    QualitySpec,
+    _Depot,
+    _ledger,
+    _questions,
+    detect_loop,
+    extract_answer,
+)
+from nodetools.loadgen.workload import QUESTION_TOKENS
+from nodetools.model_maker import PRESETS, write_tokenizer
 from tests.nodetools.conftest import Start
 
 
@@ -71,3 +82,21 @@ def test_against_the_stand_in_it_runs_but_is_not_applicable(standin: Start, tmp_
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted((r["conversation"], r["turn"]) for r in recs) == [(c, t) for c in range(3) for t in range(2)]
     assert all("expected" in r and "correct" in r and "looping" in r for r in recs)
+
+
+def test_every_question_fits_the_budget_the_preflight_counts(tmp_path: Path) -> None:
+    """QUESTION_TOKENS, measured: the longest question and its chat-template markers (and those of
+    its answer) with the rehearsal tokenizer that needs the most tokens per character."""
+    tiny = PRESETS["qwen3-tiny"]
+    write_tokenizer(tmp_path, tiny.vocab_size, tiny.max_position_embeddings)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    markers = len(tok.encode("<|im_start|>user\n<|im_end|>\n").ids)
+    longest = 0
+    for seed in range(10):
+        spec = QualitySpec(seed=seed)
+        depots = _ledger(random.Random(f"quality:{seed}"), max(2 * spec.conversations + spec.turns + 2, 24))
+        for index in range(spec.conversations * 2):
+            for question, _ in _questions(random.Random(f"quality:{seed}:{index}"), depots, spec.turns):
+                longest = max(longest, len(tok.encode(question).ids))
+    assert longest > 60  # the measurement is of real questions, not of nothing
+    assert longest + 2 * markers <= QUESTION_TOKENS

@@ -156,3 +156,48 @@ def test_collect_on_real_vllm_artefacts(tmp_path: Path) -> None:
     assert metrics["ttft_median_turn0_s"] == 2.0 and metrics["ttft_median_revisit_s"] == 0.5
     assert metrics["barrier_ok"] is True and metrics["requests_ok"] == 12
     assert metrics["cached_pct_usage"] == round(100 * 8 * 99_000 / (4 * (100_000 + 102_800 + 105_600)), 2)
+    host = metrics["host_tier_tokens"]
+    assert metrics["sizing_note"] == (f"GPU pool 1,108,208 tokens; working set {metrics['working_set_tokens']:,} "
+                                      f"tokens (0.38x the pool); host RAM tier 8 GiB ({host:,} tokens); "
+                                      f"GPU + host RAM {1_108_208 + host:,} tokens (0.34x)")
+    assert "kv_transfer_source" not in metrics  # this log and these snapshots count no transfers
+
+
+def _transfer_metrics(cpu_to_gpu: tuple[float, float], gpu_to_cpu: tuple[float, float]) -> str:
+    """vLLM's offloading connector counters (vllm/.../offloading/metrics.py: OffloadPromMetrics)."""
+    lines = ["# TYPE vllm:kv_offload_total_bytes counter", "# TYPE vllm:kv_offload_total_time counter"]
+    for kind, (size, seconds) in (("CPU_to_GPU", cpu_to_gpu), ("GPU_to_CPU", gpu_to_cpu)):
+        labels = f'engine="0",model_name="m",transfer_type="{kind}"'
+        lines += [f"vllm:kv_offload_total_bytes_total{{{labels}}} {size}",
+                  f"vllm:kv_offload_total_time_total{{{labels}}} {seconds}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_kv_transfers_are_the_counter_deltas_with_their_rate(tmp_path: Path) -> None:
+    from runner.experiments.offload.collect import _metric_pairs, kv_transfers
+    from runner.experiments.offload.report import rows
+
+    (tmp_path / "metrics_before.txt").write_text(_transfer_metrics((1e9, 0.1), (0.0, 0.0)))
+    (tmp_path / "metrics_after.txt").write_text(_transfer_metrics((14.39e9, 0.48), (5.13e9, 0.104)))
+    # The second engine copy adds its own.
+    (tmp_path / "metrics_before.c1.txt").write_text(_transfer_metrics((0.0, 0.0), (0.0, 0.0)))
+    (tmp_path / "metrics_after.c1.txt").write_text(_transfer_metrics((1e9, 0.02), (0.0, 0.0)))
+    moved = kv_transfers(_metric_pairs(tmp_path), ["KV Transfer metrics: CPU_to_GPU_total_bytes=999"])
+    assert moved == {"kv_cpu_to_gpu_gb": 14.39, "kv_cpu_to_gpu_s": 0.4, "kv_cpu_to_gpu_gb_s": 35.98,
+                     "kv_gpu_to_cpu_gb": 5.13, "kv_gpu_to_cpu_s": 0.104, "kv_gpu_to_cpu_gb_s": 49.33,
+                     "kv_transfer_source": "metrics"}
+    (row,) = rows({"metrics": {**moved, "ws_over_hbm": 1.3}})
+    assert row["kv_cpu_to_gpu_gb_s"] == 35.98 and row["kv_transfer_source"] == "metrics" and row["ws_over_hbm"] == 1.3
+
+
+def test_kv_transfers_fall_back_to_the_connectors_log_lines_of_the_load() -> None:
+    from runner.experiments.offload.collect import kv_transfers
+
+    line = ("(EngineCore pid=3) INFO 11-29 14:52:1{i} [metrics.py:103] KV Transfer metrics: "
+            "CPU_to_GPU_total_bytes=2000000000, CPU_to_GPU_total_time=0.05, GPU_to_CPU_total_bytes=1e9, "
+            "GPU_to_CPU_total_time=0.02\n")
+    window = "".join(line.format(i=i) for i in range(3))
+    assert kv_transfers([], [window]) == {"kv_cpu_to_gpu_gb": 6.0, "kv_cpu_to_gpu_s": 0.15, "kv_cpu_to_gpu_gb_s": 40.0,
+                                          "kv_gpu_to_cpu_gb": 3.0, "kv_gpu_to_cpu_s": 0.06, "kv_gpu_to_cpu_gb_s": 50.0,
+                                          "kv_transfer_source": "log"}
+    assert kv_transfers([], ["no connector here"]) == {}  # no figure is never a zero

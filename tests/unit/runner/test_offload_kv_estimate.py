@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nodetools.offload_run import kv_bytes_per_token
+from nodetools.model_shapes import read_kv_bytes_per_token as kv_bytes_per_token
 from runner.execute import _envvars
-from runner.experiments.offload import _host_tier_tokens
+from runner.experiments.offload.sizing import host_tier_tokens as _host_tier_tokens
 
 QWEN3_08B = {"num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
              "hidden_size": 2048, "dtype": "bfloat16"}
