@@ -9,6 +9,7 @@ here signals a process it cannot prove is the one it means. Stdlib only: this ru
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "PROC", "group_members", "interrupt_on_term", "is_running", "port_open", "start_time", "stat_fields",
-    "stat_ids", "state", "stop_child_group", "stop_group", "term_as_interrupt", "wait_gone", "write_json_atomic",
+    "PROC", "become_subreaper", "group_members", "interrupt_on_term", "is_running", "port_open",
+    "reap_adopted_zombies", "run_captured", "start_time", "stat_fields", "stat_ids", "state", "stop_child_group",
+    "stop_group", "term_as_interrupt", "wait_gone", "write_json_atomic",
 ]
 
 PROC = Path("/proc")
@@ -115,6 +117,42 @@ def stop_group(pgid: int, grace_s: float = 60) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def run_captured(argv: list[str], timeout: float, env: dict[str, str] | None = None
+                 ) -> subprocess.CompletedProcess[str]:
+    """Run a tool to its end with its output captured as text; a non-zero exit is the caller's to read."""
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout, env=env)
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (prctl PR_SET_CHILD_SUBREAPER), so a
+    tree that ``criu restore -d`` detaches is adopted here, not by PID 1 (which in some containers
+    never reaps, and a zombie keeps its pid from the next restore); False where the call failed."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_adopted_zombies(pgid: int, proc_root: Path = PROC) -> list[int]:
+    """``waitpid`` every zombie of process group ``pgid`` whose parent is this process (an orphan a
+    subreaper adopted); the pids reaped. Only those: a child this process waits for elsewhere
+    (``subprocess``) is never a zombie of that group."""
+    reaped = []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = stat_fields(int(entry.name), proc_root)
+        with contextlib.suppress(IndexError, ValueError):
+            if fields and fields[0] in _ZOMBIE and int(fields[1]) == os.getpid() and int(fields[2]) == pgid:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(int(entry.name), os.WNOHANG)
+                    reaped.append(int(entry.name))
+    return reaped
 
 
 def port_open(port: int, timeout: float = 0.2, host: str = "127.0.0.1") -> bool:

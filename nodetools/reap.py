@@ -10,14 +10,15 @@ every process group it names gets SIGCONT and SIGTERM, and whatever still runs a
 ``--grace-s`` gets SIGKILL; the engine's container is removed. A process is only ever signalled
 after its start time (``/proc/PID/stat`` field 22) proved it is the one the lease recorded: a pid
 or group id the kernel has handed out again is reported as skipped and left alone. A lease is
-removed once nothing it names runs.
+removed once nothing it names runs, after the kernel settings its tool changed for the engine
+(``restore_on_reap``: only files under /proc/sys, such as kernel.io_uring_disabled) are put back.
 
 ``--clear FOLDER`` then empties the trial's old folder, so nothing from an orphan mixes into the
 next attempt; with ``--clear-users``, first this user's processes whose command line names a path
 in that folder (a stray ``fio`` of an earlier storage attempt) are stopped the same way.
 
 Prints JSON ``{"stopped": [...], "skipped": [...], "still_running": [...], "leases": [...],
-"cleared": [...]}``. Exit codes (nodetools.exitcodes): 0 done; 2 bad input; 3 something still runs
+"restored": [...], "cleared": [...]}``. Exit codes (nodetools.exitcodes): 0 done; 2 bad input; 3 something still runs
 after SIGKILL. Stdlib only: this runs on the node.
 """
 
@@ -38,7 +39,7 @@ from typing import Any
 from nodetools import exitcodes
 from nodetools.proc import PROC, group_members, is_running, start_time, stat_fields, wait_gone
 
-__all__ = ["main", "reap", "users_of"]
+__all__ = ["main", "reap", "restore_settings", "users_of"]
 
 KILL_WAIT_S = 10.0
 
@@ -135,7 +136,7 @@ def _remove_container(name: str) -> bool:
 
 def reap(root: Path, trial: str | None = None, grace_s: float = 30.0) -> dict[str, Any]:
     """Stop what the leases under ``root`` (only ``trial``'s when given) name and remove them."""
-    out: dict[str, Any] = {"stopped": [], "skipped": [], "still_running": [], "leases": []}
+    out: dict[str, Any] = {"stopped": [], "skipped": [], "still_running": [], "leases": [], "restored": []}
     leases: list[tuple[Path, dict[str, Any], list[_Target]]] = []
     for path in sorted(root.glob("*.json")) if root.is_dir() else []:
         lease = _load(path)
@@ -158,10 +159,36 @@ def reap(root: Path, trial: str | None = None, grace_s: float = 30.0) -> dict[st
             if _remove_container(str(group.get("container") or "")):
                 out["stopped"].append(f"container {group['container']}")
         if not any(t in left for t in targets):
+            restored, refused = restore_settings(lease, path.name)
+            out["restored"] += restored
+            out["skipped"] += refused
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             out["leases"].append(path.name)
     return out
+
+
+SETTINGS_ROOT = "/proc/sys/"  # the only files a lease may ask the reaper to write back
+
+
+def restore_settings(lease: dict[str, Any], name: str) -> tuple[list[str], list[str]]:
+    """Put back the kernel settings the lease's tool changed for its engine (``restore_on_reap``:
+    path, previous value, what; the snapshot tool's kernel.io_uring_disabled), once nothing it
+    started runs: (what was restored, what was refused and why)."""
+    restored, refused = [], []
+    for entry in lease.get("restore_on_reap") or []:
+        path, value = str(entry.get("path") or ""), str(entry.get("value") or "")
+        what = str(entry.get("what") or path)
+        if not path.startswith(SETTINGS_ROOT) or ".." in Path(path).parts or not value:
+            refused.append(f"{name}: restore_on_reap {path!r}: not a /proc/sys setting with a value: left alone")
+            continue
+        try:
+            Path(path).write_text(f"{value}\n")
+        except OSError as exc:
+            refused.append(f"{name}: could not put {what} back to {value}: {exc}")
+            continue
+        restored.append(f"{what} = {value}")
+    return restored, refused
 
 
 def _ancestors() -> set[int]:

@@ -1,8 +1,10 @@
-"""Recognise why CRIU, cuda-checkpoint or ``vllm snapshot`` failed, from their own logs.
+"""Recognise why CRIU, cuda-checkpoint or ``vllm snapshot`` failed, and how long a restore's parts took,
+from their own logs.
 
 Each signature maps to a label and a sentence a user can act on; the snapshot experiment puts
-them in the trial's reason, so a failed snapshot mode is a row that explains itself (the reference campaign's
-two routes both stopped at messages like these).
+them in the trial's reason, so a failed snapshot mode is a row that explains itself (the reference
+campaign's two routes both stopped at messages like these, and the first dump of a live vLLM
+engine on an H200 at three more: io_uring, the TCP lock, and then a pid still taken).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["SIGNATURES", "classify", "explain", "last_error_lines"]
+__all__ = ["SIGNATURES", "classify", "cuda_plugin_use", "explain", "last_error_lines", "lazy_pages_stats",
+           "restore_phases"]
 
 # (label, pattern, what it means / what to do)
 SIGNATURES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
@@ -27,8 +30,33 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
         ("criu_sockopt_unsupported", r"Can't get \d+:\d+ opt: Operation not supported",
          "this kernel refuses a socket option CRIU reads (SO_PASSCRED/SO_PASSSEC on TCP sockets, restricted "
          "in recent kernels): use CRIU >= 4.2"),
-        ("criu_io_uring", r"io_uring",
-         "the process uses io_uring, which CRIU cannot dump: set kernel.io_uring_disabled=2 for the phase"),
+        ("criu_io_uring", r"anon_inode:\[io_uring\]",
+         "a process of the engine maps an io_uring, which CRIU cannot dump (\"Unknown shit 600 "
+         "(anon_inode:[io_uring])\"): kernel.io_uring_disabled=2 must be set before the engine starts (the criu "
+         "mode does unless disable_io_uring is false; kernels before 6.6 lack the setting)"),
+        ("criu_tcp_lock", r"Failed to lock TCP connection|Iptables configuration failed",
+         "CRIU could not lock an established TCP connection with its network-lock method (iptables by default, "
+         "'Iptables configuration failed' where it is missing): network_lock auto takes what the node has, or "
+         "nftables, or skip"),
+        ("criu_tcp_established", r"Connected TCP socket, consider using --tcp-established",
+         "an established TCP connection inside the tree: criu_flags needs --tcp-established (in the default)"),
+        ("criu_external_unix_socket", r"External socket is used",
+         "a unix socket whose peer is outside the tree: criu_flags needs --ext-unix-sk (in the default)"),
+        ("criu_link_remap", r"Can't create link remap for .*--link-remap",
+         "an open file that was deleted (vLLM's POSIX semaphores in /dev/shm): criu_flags needs --link-remap "
+         "(in the default)"),
+        ("criu_shell_job", r"is not a session leader\. Consider using --shell-job",
+         "the engine is not a session leader: criu_flags needs --shell-job (in the default)"),
+        ("criu_file_locks", r"Some file locks are hold by dumping tasks",
+         "the engine holds file locks: criu_flags needs --file-locks (in the default)"),
+        ("criu_pid_taken", r"Can't fork for \d+: File exists",
+         "the pid the image needs is taken (a process of the dumped tree not yet reaped, or another process): "
+         "a restore brings the same pids back"),
+        ("criu_userfaultfd", r"Unable to open an userfaultfd descriptor|connect to \S*lazy-pages\.socket failed",
+         "lazy restore needs userfaultfd (root, or vm.unprivileged_userfaultfd=1) and its lazy-pages daemon"),
+        ("criu_no_cuda_checkpoint", r"check that cuda-checkpoint is present in \$PATH",
+         "CRIU's CUDA plugin found no cuda-checkpoint on CRIU's PATH and disabled itself: install it (the "
+         "cuda_checkpoint role) or give its path as the mode's cuda_checkpoint"),
         ("criu_dump_failed", r"Dumping FAILED", "criu dump failed"),
         ("criu_restore_failed", r"Restoring FAILED|Restore failed", "criu restore failed"),
         ("vllm_snapshot_plugin_dir", r"CRIU_CUDA_PLUGIN_DIR is required",
@@ -52,8 +80,9 @@ def explain(labels: Iterable[str]) -> str:
     return "; ".join(f"{label}: {meaning[label]}" for label in labels if label in meaning)
 
 
-# Logged on every run where CAP_SYS_RESOURCE is missing (containers, this CI); harmless.
-_BENIGN = ("Can't setup RLIMIT_NOFILE",)
+# Logged on runs that went well: missing CAP_SYS_RESOURCE (containers, this CI), and the CUDA
+# plugin asking cuda-checkpoint for the restore thread of a process without CUDA (vLLM's helper).
+_BENIGN = ("Can't setup RLIMIT_NOFILE", "Could not find restore thread for process ID")
 
 
 def last_error_lines(path: Path, count: int = 3) -> list[str]:
@@ -64,3 +93,51 @@ def last_error_lines(path: Path, count: int = 3) -> list[str]:
              if line.strip() and not any(b in line for b in _BENIGN)]
     errors = [line for line in lines if "Error" in line or "error" in line]
     return (errors or lines)[-count:]
+
+
+_STAMP = r"^\((\d+\.\d+)\)"
+
+
+def _stamp(text: str, marker: str, last: bool = False) -> float | None:
+    found = re.findall(_STAMP + r".*" + marker, text, flags=re.MULTILINE)
+    return float(found[-1 if last else 0]) if found else None
+
+
+def restore_phases(text: str) -> dict[str, float]:
+    """From a ``criu restore -v4`` log: ``restore_gpu_s``, the CUDA plugin's GPU part ("resuming
+    devices" to "finished cuda_plugin stage 2"), and ``restore_log_s``, CRIU's own clock at its last
+    line; the rest of a restore is reading the image into memory. Absent lines, absent keys."""
+    out: dict[str, float] = {}
+    resumed, finished = _stamp(text, "cuda_plugin: resuming devices"), _stamp(text, "finished cuda_plugin stage 2")
+    if resumed is not None and finished is not None and finished >= resumed:
+        out["restore_gpu_s"] = round(finished - resumed, 3)
+    stamps = re.findall(_STAMP, text, flags=re.MULTILINE)
+    if stamps:
+        out["restore_log_s"] = float(stamps[-1])
+    return out
+
+
+def lazy_pages_stats(text: str) -> dict[str, int]:
+    """From a ``criu lazy-pages -v4`` log: page faults it served (``lazy_page_faults``) and the pages
+    it copied of those it had (``lazy_pages_copied``, ``lazy_pages_total``, summed over processes)."""
+    out = {"lazy_page_faults": len(re.findall(r"#PF at 0x", text))}
+    pairs = re.findall(r"UFFD transferred pages: \((\d+)/(\d+)\)", text)
+    if pairs:
+        out["lazy_pages_copied"] = sum(int(a) for a, _ in pairs)
+        out["lazy_pages_total"] = sum(int(b) for _, b in pairs)
+    return out
+
+
+_PLUGIN_DISABLED = re.compile(r"cuda_plugin: (No GPU device found|check that \S+ is present in \$PATH|"
+                              r"cuda-checkpoint --action flag not supported)")
+
+
+def cuda_plugin_use(text: str) -> str | None:
+    """What CRIU's CUDA plugin did in a dump log: ``acted`` (it paused or checkpointed a process's CUDA
+    state), ``disabled: <why>``, ``idle`` (loaded, nothing of CUDA in the tree); None: not loaded."""
+    if re.search(r"cuda_plugin: (pausing devices|Checkpointing CUDA devices) on pid", text):
+        return "acted"
+    disabled = _PLUGIN_DISABLED.search(text)
+    if disabled:
+        return f"disabled: {disabled.group(1)}"
+    return "idle" if "cuda_plugin" in text else None

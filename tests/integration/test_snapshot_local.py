@@ -1,4 +1,5 @@
-"""Snapshot end to end on this machine: a real CRIU dump and restore of the running stand-in.
+"""Snapshot end to end on this machine: a real CRIU dump and restores of the running stand-in, through
+the runner (gates, measure, collect, report): page cache dropped, then warm, and a lazy restore.
 
 CRIU comes from the criu role (scripts/test.sh installs it before the tests; ``CRIU_BIN`` may
 point elsewhere). Debian 12's 3.17 cannot run on this kernel and 4.1 cannot dump TCP sockets here,
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nodetools.snapshot import criu_version
+from nodetools.snapshot.criu_node import criu_version
 from runner.cli import main
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def campaign(tmp_path: Path, port: int, criu_params: str) -> str:
+def campaign(tmp_path: Path, port: int, criu_params: str, lazy: str = "") -> str:
+    lazy_experiment = f"""\
+  - kind: snapshot
+    name: lazy
+    modes:
+      criu: {lazy}
+    timeout_s: 180
+""" if lazy else ""
     return f"""\
 name: snapshot-test
 inventory: inventory
@@ -57,12 +65,12 @@ experiments:
       criu: {criu_params}
       cuda_checkpoint:
     timeout_s: 180
-"""
+{lazy_experiment}"""
 
 
 def rows(results: Path) -> dict[str, dict[str, str]]:
     with (results / "snapshot.csv").open() as fh:
-        return {r["mode"]: r for r in csv.DictReader(fh)}
+        return {f"{r['experiment']}.{r['mode']}": r for r in csv.DictReader(fh)}
 
 
 def port_free(port: int) -> bool:
@@ -76,20 +84,42 @@ def port_free(port: int) -> bool:
 def test_criu_dumps_and_restores_the_running_stand_in(criu: str, write_campaign: Callable[[str], Path],
                                                       tmp_path: Path) -> None:
     port = free_port()
-    path = write_campaign(campaign(tmp_path, port, f"{{criu: {criu}}}"))
+    io_uring_before = Path("/proc/sys/kernel/io_uring_disabled").read_text()
+    path = write_campaign(campaign(tmp_path, port, f"{{criu: {criu}, restore_cache: [dropped, warm]}}",
+                                   lazy=f"{{criu: {criu}, lazy_pages: true}}"))
     results = tmp_path / "results"
     assert main([str(path), "--quiet", "--results", str(results)]) == 0
     r = rows(results)
-    assert r["criu"]["status"] == "ok"
-    assert float(r["criu"]["image_gib"]) > 0.001  # a real image of a real process
-    assert 0 < float(r["criu"]["dump_s"]) < 30 and 0 < float(r["criu"]["restore_s"]) < 30
-    # The restored server answered: restore to first token beats the cold start it replaces.
-    assert float(r["criu"]["restore_to_first_token_s"]) < float(r["criu"]["first_token_s"])
-    assert r["cuda_checkpoint"]["status"] == "skipped"
-    assert r["cuda_checkpoint"]["reason"] == "no GPU: cuda-checkpoint needs an NVIDIA GPU and driver"
+    row = r["snapshot.criu"]
+    assert row["status"] == "ok"
+    assert float(row["image_gib"]) > 0.001  # a real image of a real process
+    assert 0 < float(row["dump_s"]) < 30
+    # Two restores from the one dump: from the disk (page cache dropped), then from the page cache.
+    assert 0 < float(row["restore_dropped_s"]) < 30 and 0 < float(row["restore_warm_s"]) < 30
+    assert row["restore_s"] == row["restore_dropped_s"] and row["restore_cache"] == "dropped"
+    assert float(row["image_resident_fraction"]) < 0.5  # measured right before the first restore
+    # Each restored server answered: restore to first token beats the cold start it replaces.
+    for key in ("restore_dropped_to_first_token_s", "restore_warm_to_first_token_s"):
+        assert float(row[key]) < float(row["first_token_s"])
+    assert float(row["first_answer_after_restore_s"]) > 0 and float(row["answer_before_dump_s"]) > 0
+    assert row["port_free_after_dump"] == "True" and row["io_uring_disabled"] == "2"
+    assert row["network_lock"] in ("iptables", "nftables", "skip") and row["images_fs"]
+    assert row["cuda_plugin"] == "disabled: No GPU device found" and row["cuda_checkpoint_tool"] == "none acted"
+    lazy = r["lazy.criu"]
+    assert lazy["status"] == "ok" and lazy["lazy_pages"] == "True"
+    assert float(lazy["lazy_pages_done_dropped_s"]) > 0 and int(lazy["lazy_page_faults"]) > 0
+    assert lazy["first_token_before_image_read"] in ("True", "False")  # recorded either way
+    assert r["snapshot.cuda_checkpoint"]["status"] == "skipped"
+    assert r["snapshot.cuda_checkpoint"]["reason"] == "no GPU: cuda-checkpoint needs an NVIDIA GPU and driver"
     assert port_free(port)
+    assert Path("/proc/sys/kernel/io_uring_disabled").read_text() == io_uring_before  # put back
     raw = results / "trials/snapshot.criu.r1@localhost/raw/localhost"
-    assert (raw / "dump.log").is_file() and (raw / "restore.log").is_file()
+    for log in ("dump.log", "restore-dropped.log", "restore-warm.log"):
+        assert (raw / log).is_file()
+    assert (results / "trials/lazy.criu.r1@localhost/raw/localhost/lazy-pages-dropped.log").is_file()
+    report = (results / "report.md").read_text()
+    assert "| CRIU restore from disk, page cache dropped | snapshot |" in report
+    assert "| CRIU restore from disk (lazy pages), page cache dropped | lazy |" in report
 
 
 @pytest.fixture
@@ -108,10 +138,11 @@ def test_a_dump_that_fails_midway_leaves_the_engine_running_then_stopped(
     path = write_campaign(campaign(tmp_path, port, f"{{criu: {criu}, images_dir: {tiny_tmpfs / 'img'}}}"))
     results = tmp_path / "results"
     assert main([str(path), "--quiet", "--results", str(results)]) == 1
-    row = rows(results)["criu"]
+    row = rows(results)["snapshot.criu"]
     assert row["status"] == "failed"
     assert "snapshot: criu dump failed with rc 1 (see dump.log)" in row["reason"]
     assert "criu_dump_failed: criu dump failed" in row["reason"] and "dump.log tail: " in row["reason"]
     timings = (results / "trials/snapshot.criu.r1@localhost/raw/localhost/timings.json").read_text()
     assert '"after_failed_dump": "running"' in timings  # CRIU thawed it: never left half-frozen
+    assert '"fs_type": "tmpfs"' in timings and '"in_ram": true' in timings
     assert port_free(port)  # and the engine was then stopped cleanly

@@ -22,8 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from nodetools import exitcodes, snapshot
-from nodetools.snapshot import SnapshotRun, cuda_checkpoint_argv, find_cuda_processes, gates
+from nodetools import exitcodes
+from nodetools.snapshot import cuda_checkpoint_mode
+from nodetools.snapshot import gates as gates_module
+from nodetools.snapshot.cuda_checkpoint_mode import CudaCheckpointRun, find_cuda_processes
+from nodetools.snapshot.cuda_tool import argv as cuda_checkpoint_argv
+from nodetools.snapshot.gates import gates
 from tests.nodetools.fake_cuda import TOOL, Fake, compile_fake
 
 CHILD = """\
@@ -101,8 +105,8 @@ def test_finds_the_group_and_session_processes_that_map_the_device(engine: Engin
 
 
 def test_the_default_pattern_is_the_gpu_device_files(engine: Engine) -> None:
-    assert re.search(snapshot.CUDA_MAPS_PATTERN, "/dev/nvidia0") and re.search(snapshot.CUDA_MAPS_PATTERN,
-                                                                               "/dev/nvidiactl")
+    pattern = cuda_checkpoint_mode.CUDA_MAPS_PATTERN
+    assert re.search(pattern, "/dev/nvidia0") and re.search(pattern, "/dev/nvidiactl")
     assert find_cuda_processes(engine.leader.pid) == []  # a machine without a GPU: nothing maps /dev/nvidia*
 
 
@@ -118,11 +122,12 @@ def test_an_unreadable_proc_entry_is_passed_over(tmp_path: Path) -> None:
     assert find_cuda_processes(78, proc) == []
 
 
-def make_run(tmp_path: Path, tool: str = str(TOOL)) -> SnapshotRun:
+def make_run(tmp_path: Path, tool: str = str(TOOL)) -> CudaCheckpointRun:
     args = argparse.Namespace(log=tmp_path / "server.log", poll_s=0.05, timeout_s=60, images=tmp_path / "images",
-                              cuda_checkpoint=tool)
-    run = SnapshotRun(args, {"port": 1, "model": "m", "argv": ["true"]})
-    run._wait_token = lambda event, since: run.out.__setitem__(event, 0.5) or True  # type: ignore[method-assign]
+                              cuda_checkpoint=tool, mode="cuda_checkpoint")
+    run = CudaCheckpointRun(args, {"port": 1, "model": "m", "argv": ["true"]})
+    # no engine answers here: the first token after the restore is taken as 0.5 s
+    run.wait_token = lambda key, since, record=None: run.out.__setitem__(key, 0.5) or True  # type: ignore[method-assign]
     return run
 
 
@@ -140,13 +145,14 @@ def test_locks_all_before_checkpointing_any_and_restores_all_before_unlocking_an
     (bin_dir / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     real = find_cuda_processes
-    monkeypatch.setattr(snapshot, "find_cuda_processes", lambda pgid: real(pgid, Path("/proc"), engine.pattern))
+    monkeypatch.setattr(cuda_checkpoint_mode, "find_cuda_processes",
+                        lambda pgid: real(pgid, Path("/proc"), engine.pattern))
     pids = sorted([engine.mapper, engine.own_group])
     for pid in pids:
         fake.process(pid)  # the fake driver knows these two as CUDA processes; not engine.not_cuda
     run = make_run(tmp_path)
     run.timer.proc = engine.leader  # type: ignore[assignment]
-    assert run.cuda_checkpoint() == 0, run.out.get("error")
+    assert run.after_first_token() == 0, run.out.get("error")
     assert actions(fake.calls()) == [("Lock", p) for p in pids] + [("Checkpoint", p) for p in pids] + [
         ("Restore", p) for p in pids] + [("Unlock", p) for p in pids]
     out = run.out
@@ -159,7 +165,8 @@ def test_locks_all_before_checkpointing_any_and_restores_all_before_unlocking_an
     for action in ("lock", "checkpoint", "restore", "unlock"):
         assert out[f"{action}_s"] >= sum(out["per_process_s"][str(p)][action] for p in pids) * 0.9
     assert out["tool_start_s"] > 0 and out["restore_to_first_token_s"] == 0.5
-    assert out["cuda_checkpoint_tool"] == str(TOOL)
+    assert out["cuda_checkpoint_tool"]["path"] == str(TOOL)
+    assert out["cuda_checkpoint_tool"]["tool"] == "cuda_checkpoint_api"
     assert all(fake.state(p) == "running" for p in pids)
 
 
@@ -168,8 +175,8 @@ def test_a_failed_checkpoint_puts_every_process_back_to_running(fake: Fake, tmp_
     pids = [fake.process(7001), fake.process(7002)]
     monkeypatch.setenv("FAKE_LIBCUDA_FAIL", "cuCheckpointProcessCheckpoint:7002")
     run = make_run(tmp_path)
-    monkeypatch.setattr(run, "_gpu_pids", lambda: (pids, "nvidia-smi"))
-    assert run.cuda_checkpoint() == exitcodes.DIED
+    monkeypatch.setattr(run, "gpu_pids", lambda: (pids, "nvidia-smi"))
+    assert run.after_first_token() == exitcodes.DIED
     assert run.out["error"].startswith("cuda-checkpoint --action checkpoint --pid 7002 failed: ")
     assert "CUDA_ERROR_OUT_OF_MEMORY" in run.out["error"]
     assert run.out["after_failed_cuda_checkpoint"] == {"7001": "running", "7002": "running"}
@@ -181,16 +188,16 @@ def test_a_failed_checkpoint_puts_every_process_back_to_running(fake: Fake, tmp_
 def test_a_listed_process_the_tool_cannot_reach_is_an_error(fake: Fake, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     run = make_run(tmp_path)
-    monkeypatch.setattr(run, "_gpu_pids", lambda: ([7101], "nvidia-smi"))  # no state: not CUDA to the driver
-    assert run.cuda_checkpoint() == exitcodes.DIED
+    monkeypatch.setattr(run, "gpu_pids", lambda: ([7101], "nvidia-smi"))  # no state: not CUDA to the driver
+    assert run.after_first_token() == exitcodes.DIED
     assert run.out["error"].startswith("cuda-checkpoint --get-state --pid 7101 failed: ")
     assert actions(fake.calls()) == []
 
 
 def test_no_cuda_process_in_the_group(fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = make_run(tmp_path)
-    monkeypatch.setattr(run, "_gpu_pids", lambda: ([], "proc-maps"))
-    assert run.cuda_checkpoint() == exitcodes.DIED
+    monkeypatch.setattr(run, "gpu_pids", lambda: ([], "proc-maps"))
+    assert run.after_first_token() == exitcodes.DIED
     assert run.out["error"].startswith("no process of the engine holds a CUDA context")
 
 
@@ -204,24 +211,24 @@ def fake_nvidia_smi(tmp_path: Path, driver: str, monkeypatch: pytest.MonkeyPatch
 
 def test_the_gate_takes_the_driver_api_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_nvidia_smi(tmp_path, "580.159.04", monkeypatch)
-    reasons, _ = gates("cuda_checkpoint", "criu", "", str(TOOL), [0], 1, "/m", "", "vllm")
+    reasons, _ = gates("cuda_checkpoint", cuda_checkpoint=str(TOOL), gpus=[0])
     assert reasons == []
     copy = tmp_path / "copied" / "cuda_checkpoint_api.py"  # shipped without its executable bit
     copy.parent.mkdir()
     copy.write_text(TOOL.read_text())
     copy.chmod(0o644)
-    assert gates("cuda_checkpoint", "criu", "", str(copy), [0], 1, "/m", "", "vllm")[0] == []
+    assert gates("cuda_checkpoint", cuda_checkpoint=str(copy), gpus=[0])[0] == []
     assert cuda_checkpoint_argv(str(copy)) == [sys.executable, str(copy)]
     assert cuda_checkpoint_argv(str(TOOL)) == [str(TOOL)]
     assert cuda_checkpoint_argv("cuda-checkpoint") == ["cuda-checkpoint"]
-    reasons, _ = gates("cuda_checkpoint", "criu", "", str(tmp_path / "nowhere.py"), [0], 1, "/m", "", "vllm")
+    reasons, _ = gates("cuda_checkpoint", cuda_checkpoint=str(tmp_path / "nowhere.py"), gpus=[0])
     assert reasons == [f"cuda-checkpoint not found ({tmp_path / 'nowhere.py'}): the cuda_checkpoint role installs "
                        "it; without NVIDIA's binary, give the path of nodetools/cuda_checkpoint_api.py"]
 
 
 def test_the_lock_action_needs_driver_570(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_nvidia_smi(tmp_path, "550.144.03", monkeypatch)
-    reasons, _ = gates("cuda_checkpoint", "criu", "", str(TOOL), [0], 1, "/m", "", "vllm")
+    reasons, _ = gates("cuda_checkpoint", cuda_checkpoint=str(TOOL), gpus=[0])
     assert reasons == ["cuda-checkpoint's lock/checkpoint/restore/unlock actions need driver >= 570; this node has 550"]
 
 
@@ -233,9 +240,9 @@ def test_host_ram_gate_counts_the_engines_share_of_the_gpu(tmp_path: Path, monke
                     '--query-gpu=index,persistence_mode) echo "0, Enabled";; *) echo "0, 143771";; esac\n')
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(snapshot, "_mem_available_bytes", lambda: 125 * 2**30)
-    reasons, facts = gates("cuda_checkpoint", "criu", "", str(TOOL), [0], 1, "/m", "", "vllm", 1.0)
+    monkeypatch.setattr(gates_module, "mem_available_bytes", lambda: 125 * 2**30)
+    reasons, facts = gates("cuda_checkpoint", cuda_checkpoint=str(TOOL), gpus=[0], gpu_memory_fraction=1.0)
     assert reasons == ["checkpointing moves up to 140.4 GiB of GPU memory (1 of GPU(s) 0) to host RAM, but only "
                        "125.0 GiB is available"]
-    reasons, facts = gates("cuda_checkpoint", "criu", "", str(TOOL), [0], 1, "/m", "", "vllm", 0.5)
+    reasons, facts = gates("cuda_checkpoint", cuda_checkpoint=str(TOOL), gpus=[0], gpu_memory_fraction=0.5)
     assert reasons == [] and facts["host_ram_needed_bytes"] == 143771 * 2**20 // 2

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from nodetools import cuda_checkpoint_api as api
-from nodetools.snapshot import find_cuda_processes
+from nodetools.snapshot.cuda_checkpoint_mode import find_cuda_processes
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "nodetools" / "cuda_checkpoint_api.py"

@@ -6,9 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from runner.parse.snapshot_logs import classify, explain, last_error_lines
+from runner.parse.snapshot_logs import (
+    classify,
+    cuda_plugin_use,
+    explain,
+    last_error_lines,
+    lazy_pages_stats,
+    restore_phases,
+)
 
-SEED_LINES = {
+REAL_LINES = {
     # the reference campaign's two routes, as their tools printed them
     "criu_cuda_plugin_failed": "Error (criu/cr-dump.c:1520): handle_device_vma plugin failed: No such file",
     "criu_nonregular_mapping": "Error (criu/proc_parse.c:210): Can't handle non-regular mapping on 4242's map 7f00",
@@ -19,10 +26,29 @@ SEED_LINES = {
     "criu_sockopt_unsupported": "Error (criu/sockets.c:628): sockets: Can't get 1:16 opt: Operation not supported",
     "criu_too_old_vdso": "Error (criu/vdso.c:381): vdso: Unexpected rt vDSO area bounds",
     "criu_plugin_mismatch": "cuda_plugin.so: undefined symbol: check_and_remove_inventory_plugin",
+    # the first dump of a live vLLM 0.24.0 engine on the H200, tries 1 and 2, as CRIU 4.2.1 printed them
+    "criu_io_uring": "Error (criu/proc_parse.c:502): Unknown shit 600 (anon_inode:[io_uring])",
+    "criu_tcp_lock": "Error (criu/sk-tcp.c:81): tcp: Failed to lock TCP connection 2b61",
+    # what CRIU 4.2.1 says on this machine without the flags of DEFAULT_FLAGS, and for a pid still taken
+    "criu_tcp_established": "Error (criu/sk-inet.c:200): inet: Connected TCP socket, consider using "
+                            "--tcp-established option.",
+    "criu_external_unix_socket": "Error (criu/sk-unix.c:874): unix: External socket is used. Consider using "
+                                 "--ext-unix-sk option.",
+    "criu_link_remap": "Error (criu/files-reg.c:1122): Can't create link remap for /dev/shm/sem.mp-x. "
+                       "Use --link-remap option.",
+    "criu_shell_job": "Error (criu/pstree.c:304): The root process 77 is not a session leader. Consider using "
+                      "--shell-job option",
+    "criu_file_locks": "Error (criu/file-lock.c:110): Some file locks are hold by dumping tasks! You can try "
+                       "--file-locks to dump them.",
+    "criu_pid_taken": "Error (criu/cr-restore.c:1237): Can't fork for 5829: File exists",
+    "criu_userfaultfd": "Error (criu/uffd.c:349): uffd: connect to lazy-pages.socket failed: No such file or "
+                        "directory",
+    "criu_no_cuda_checkpoint": "(00.01) Warn  (cuda_plugin.c:585): cuda_plugin: check that cuda-checkpoint is "
+                               "present in $PATH",
 }
 
 
-@pytest.mark.parametrize(("label", "line"), sorted(SEED_LINES.items()))
+@pytest.mark.parametrize(("label", "line"), sorted(REAL_LINES.items()))
 def test_each_signature_is_recognised_and_explained(label: str, line: str) -> None:
     assert label in classify(line)
     assert explain([label]).startswith(f"{label}: ")
@@ -38,3 +64,47 @@ def test_last_error_lines_skip_the_harmless_rlimit_error(tmp_path: Path) -> None
                    "(00.01) Dumping path\nError (criu/cr-dump.c:2111): Dumping FAILED.\n")
     assert last_error_lines(log) == ["Error (criu/cr-dump.c:2111): Dumping FAILED."]
     assert last_error_lines(tmp_path / "absent.log") == []
+
+
+def test_the_iptables_line_alone_is_the_tcp_lock_too() -> None:
+    assert classify("Error (criu/netfilter.c:105): Iptables configuration failed") == ["criu_tcp_lock"]
+
+
+def test_the_plugins_harmless_restore_thread_line_is_not_an_error_tail(tmp_path: Path) -> None:
+    log = tmp_path / "restore.log"
+    log.write_text("(18.934247) Error (cuda_plugin.c:221): cuda_plugin: Failed to launch cuda-checkpoint to "
+                   "retrieve restore tid: Could not find restore thread for process ID 1843\n"
+                   "(19.0) Restore finished successfully. Tasks resumed.\n")
+    assert last_error_lines(log) == ["(19.0) Restore finished successfully. Tasks resumed."]
+
+
+# The 20 GiB holder's restore on the H200 (CRIU 4.2.1, its CUDA plugin, NVIDIA's cuda-checkpoint 580)
+H200_RESTORE = """\
+(00.065673) Plugin "cuda_plugin" (version 512 hooks 13)
+(00.130157) cuda_plugin: initialized: cuda_plugin stage 2
+(14.026847) plugin: `cuda_plugin' hook 9 -> 0x7fdc0845988d
+(14.259779) cuda_plugin: resuming devices on pid 649
+(14.259809) cuda_plugin: Restore thread pid 711 found for real pid 649
+(17.941025) cuda_plugin: finished cuda_plugin stage 2 err 0
+(17.950000) Restore finished successfully. Tasks resumed.
+"""
+
+
+def test_a_restore_log_splits_into_memory_and_gpu() -> None:
+    assert restore_phases(H200_RESTORE) == {"restore_gpu_s": 3.681, "restore_log_s": 17.95}
+    assert restore_phases("(00.07) Restore finished successfully.\n") == {"restore_log_s": 0.07}
+
+
+def test_lazy_pages_stats_count_faults_and_pages() -> None:
+    text = ("(00.3) uffd: 3252-12: #PF at 0x7f51b11b7000\n(00.31) uffd: 3252-12: #PF at 0x7f51b11c1000\n"
+            "(00.40) uffd: 3252-12: UFFD transferred pages: (7838/7838)\n"
+            "(00.41) uffd: 3262-13: UFFD transferred pages: (10/12)\n")
+    assert lazy_pages_stats(text) == {"lazy_page_faults": 2, "lazy_pages_copied": 7848, "lazy_pages_total": 7850}
+
+
+def test_what_the_cuda_plugin_did_in_a_dump() -> None:
+    assert cuda_plugin_use("(00.105106) cuda_plugin: No GPU device found; CUDA plugin is disabled") == \
+        "disabled: No GPU device found"
+    assert cuda_plugin_use("(01.2) cuda_plugin: pausing devices on pid 1843\n") == "acted"
+    assert cuda_plugin_use("(00.1) Plugin \"cuda_plugin\" (version 512 hooks 13)\n") == "idle"
+    assert cuda_plugin_use("(00.1) Dumping finished successfully\n") is None

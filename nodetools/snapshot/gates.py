@@ -1,0 +1,174 @@
+"""Every precondition of a snapshot mode, checked on the node before anything runs.
+
+``gates`` returns the unmet ones as reasons a user can act on (the trial is then skipped with
+them) and the facts it read (CRIU's version, the network-lock method it would take, the images
+folder's filesystem, ...). Stdlib only: this runs on the node.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from nodetools.gpu import driver_major, memory_total_mib, persistence_off
+from nodetools.proc import run_captured
+from nodetools.snapshot import cuda_tool, images
+from nodetools.snapshot.criu_node import (
+    DEFAULT_FLAGS,
+    MIN_CRIU,
+    choose_network_lock,
+    criu_check,
+    criu_feature,
+    criu_version,
+    cuda_plugin_dir,
+    flag_problems,
+    plugin_dirs,
+)
+from nodetools.snapshot.io_uring import SYSCTL
+from nodetools.snapshot.vllm_snapshot_mode import vllm_command
+
+__all__ = ["IPC_RESTORE_DRIVER", "LOCK_ACTION_DRIVER", "gates", "mem_available_bytes"]
+
+IPC_RESTORE_DRIVER = 610  # cuda-checkpoint restores processes that use CUDA IPC (any TP>1 engine) from 610 on
+LOCK_ACTION_DRIVER = 570  # the separate lock/checkpoint/restore/unlock actions (and the driver API) from 570 on
+GIB = 2**30
+
+
+def mem_available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _criu_gates(criu: str, libdir: str, on_gpu: bool, facts: dict[str, Any]) -> list[str]:
+    reasons = []
+    version = criu_version(criu)
+    facts["criu_version"] = ".".join(map(str, version)) if version else None
+    if version is None:
+        reasons.append(f"CRIU not found ({criu}): the criu role builds it from source")
+    elif version < MIN_CRIU:
+        reasons.append(f"CRIU {facts['criu_version']} is too old (needs >= 4.1: older releases fail "
+                       f"'criu check' on kernels >= 6.13)")
+    else:
+        ok, line = criu_check(criu)
+        facts["criu_check"] = [line]
+        if not ok:
+            reasons.append(f"'criu check' fails: {line}")
+    facts["cuda_plugin_dir"] = cuda_plugin_dir(libdir)
+    if on_gpu and facts["cuda_plugin_dir"] is None:
+        reasons.append(f"CRIU's CUDA plugin (cuda_plugin.so) is in none of {plugin_dirs(libdir)}: without it "
+                       "GPU mappings cannot be dumped (handle_device_vma plugin failed)")
+    return reasons
+
+
+def _criu_mode_gates(criu: str, flags: list[str], network_lock: str, images_dir: Path | None, lazy_pages: bool,
+                     disable_io_uring: bool, gpu_bytes: int, facts: dict[str, Any]) -> list[str]:
+    """The criu mode's settings (the flags, the network lock, io_uring, the images folder, lazy pages)."""
+    reasons = flag_problems(flags)
+    lock = choose_network_lock(network_lock, criu)
+    facts["network_lock"] = lock.as_dict()
+    reasons += [lock.problem] if lock.problem else []
+    facts["io_uring_sysctl"] = SYSCTL.read_text().strip() if SYSCTL.exists() else None
+    if disable_io_uring and SYSCTL.exists() and not os.access(SYSCTL, os.W_OK):
+        reasons.append("setting kernel.io_uring_disabled=2 for the engine (CRIU cannot dump io_uring) needs root")
+    if lazy_pages and shutil.which(criu):
+        ok, line = criu_feature(criu, "uffd")
+        facts["criu_uffd"] = line
+        if not ok:
+            reasons.append(f"lazy_pages needs userfaultfd: 'criu check --feature uffd' says: {line}")
+    if images_dir is not None:
+        fs = images.filesystem(images_dir)
+        if images_dir.is_dir():  # an earlier dump's images there are removed before this one
+            fs["free_bytes"] += images.size_bytes(images_dir)
+        facts["images_dir"] = {"path": str(images_dir), **fs}
+        if gpu_bytes and fs["free_bytes"] < gpu_bytes:
+            reasons.append(f"the image holds the engine's GPU memory (>= {gpu_bytes / GIB:.1f} GiB) but {images_dir} "
+                           f"({fs['fs_type']}) has {fs['free_bytes'] / GIB:.1f} GiB free")
+        # On tmpfs the image is RAM too, beside the staged GPU memory while the dump writes it.
+        need = gpu_bytes * (2 if fs["in_ram"] else 1)
+        if need and need > mem_available_bytes():
+            reasons.append(f"dumping moves {gpu_bytes / GIB:.1f} GiB of GPU memory to host RAM"
+                           f"{' and writes it again to ' + fs['fs_type'] if fs['in_ram'] else ''}: "
+                           f"{need / GIB:.1f} GiB needed, {mem_available_bytes() / GIB:.1f} GiB available")
+    return reasons
+
+
+def _gpu_gates(mode: str, cuda_checkpoint: str, gpus: list[int], tp: int, gpu_bytes: int, fraction: float,
+               ram_checked: bool, facts: dict[str, Any]) -> list[str]:
+    reasons = []
+    driver = facts["driver_major"]
+    if not gpus or driver is None:
+        return ["no GPU: cuda-checkpoint needs an NVIDIA GPU and driver"]
+    if not cuda_tool.found(cuda_checkpoint):
+        reasons.append(f"cuda-checkpoint not found ({cuda_checkpoint}): the cuda_checkpoint role installs it; "
+                       "without NVIDIA's binary, give the path of nodetools/cuda_checkpoint_api.py")
+    if mode == "cuda_checkpoint" and driver < LOCK_ACTION_DRIVER:
+        reasons.append(f"cuda-checkpoint's lock/checkpoint/restore/unlock actions need driver >= "
+                       f"{LOCK_ACTION_DRIVER}; this node has {driver}")
+    if tp > 1 and driver < IPC_RESTORE_DRIVER:
+        reasons.append(f"TP={tp} uses CUDA IPC, whose checkpoint/restore needs driver >= {IPC_RESTORE_DRIVER}; "
+                       f"this node has {driver}")
+    off = persistence_off()
+    if off:
+        reasons.append(f"persistence mode is off on GPU(s) {', '.join(off)}: cuda-checkpoint restore needs it")
+    facts["host_ram_needed_bytes"] = gpu_bytes
+    # vLLM takes gpu-memory-utilization of each GPU (the first H200 run refused a 0.5 engine
+    # because this counted the whole 140 GiB card against 125 GiB of RAM).
+    if not ram_checked and gpu_bytes > mem_available_bytes():
+        reasons.append(f"checkpointing moves up to {gpu_bytes / GIB:.1f} GiB of GPU memory "
+                       f"({fraction:g} of GPU(s) {','.join(map(str, gpus))}) to host RAM, but only "
+                       f"{mem_available_bytes() / GIB:.1f} GiB is available")
+    return reasons
+
+
+def _vllm_snapshot_gates(model: str, revision: str, tp: int, launch: dict[str, Any]) -> list[str]:
+    reasons = []
+    if model.startswith("/") or not model:
+        reasons.append("snapshot create requires an immutable remote model: give a model id, not a local path")
+    if not re.fullmatch(r"[0-9a-f]{40}", revision or ""):
+        reasons.append("snapshot create requires a 40-character --revision (the model's commit hash)")
+    if tp != 1:
+        reasons.append(f"vllm snapshot supports TP1 only (this engine has TP={tp})")
+    vllm, _, why = vllm_command(launch)
+    if why:
+        return [*reasons, why]
+    if shutil.which(vllm[0]) is None:
+        return [*reasons, f"'{' '.join(vllm)} snapshot' is not available: {vllm[0]} not found"]
+    env = {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}}
+    done = run_captured([*vllm, "snapshot", "--help"], 300, env)
+    if done.returncode != 0:
+        said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        reasons.append(f"'{' '.join(vllm)} snapshot' is not available (this vLLM has no snapshot command): "
+                       f"{said[-1] if said else f'exit {done.returncode}'}")
+    return reasons
+
+
+def gates(mode: str, *, criu: str = "criu", libdir: str = "", cuda_checkpoint: str = "cuda-checkpoint",
+          gpus: list[int] | None = None, tp: int = 1, model: str = "", revision: str = "",
+          launch: dict[str, Any] | None = None, gpu_memory_fraction: float = 1.0, network_lock: str = "auto",
+          criu_flags: list[str] | None = None, images_dir: Path | None = None, lazy_pages: bool = False,
+          disable_io_uring: bool = True) -> tuple[list[str], dict[str, Any]]:
+    """(unmet preconditions of ``mode`` in words, the facts read)."""
+    gpus = gpus or []
+    reasons: list[str] = []
+    facts: dict[str, Any] = {"kernel": os.uname().release, "driver_major": driver_major() if gpus else None}
+    on_gpu = bool(gpus)
+    gpu_bytes = 0
+    if on_gpu and facts["driver_major"] is not None:
+        total = sum(mib for index, mib in memory_total_mib().items() if index in gpus)
+        gpu_bytes = int(total * 2**20 * gpu_memory_fraction)
+    if mode in ("criu", "vllm_snapshot"):
+        reasons += _criu_gates(criu, libdir, on_gpu, facts)
+    if mode == "criu":
+        reasons += _criu_mode_gates(criu, list(DEFAULT_FLAGS if criu_flags is None else criu_flags), network_lock,
+                                    images_dir, lazy_pages, disable_io_uring, gpu_bytes, facts)
+    if on_gpu or mode == "cuda_checkpoint":
+        reasons += _gpu_gates(mode, cuda_checkpoint, gpus, tp, gpu_bytes, gpu_memory_fraction,
+                              mode == "criu" and images_dir is not None, facts)
+    if mode == "vllm_snapshot":
+        reasons += _vllm_snapshot_gates(model, revision, tp, launch or {"argv": ["vllm", "serve", model]})
+    return reasons, facts

@@ -1,0 +1,138 @@
+"""The snapshot kind's metrics from a trial's raw files, and its report section: the restore against the
+node's rates, and every path back to a serving engine side by side.
+
+The numbers are the H200's by hand (vLLM 0.24.0 at 0.15 of the card: a 24 GB image with 22,243 MiB
+of GPU memory, restored in 19.1 s from a 1.75 GB/s disk; the in-place cuda-checkpoint restore of
+22,239 MiB in 4.48 s), so the expectation here is what the report would say of that run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from runner.experiments.base import TrialContext
+from runner.experiments.snapshot import KIND
+from runner.report import build_report
+
+H200_RESTORE_LOG = """\
+(00.065673) Plugin "cuda_plugin" (version 512 hooks 13)
+(14.861) cuda_plugin: resuming devices on pid 1778
+(18.934247) Error (cuda_plugin.c:221): cuda_plugin: Failed to launch cuda-checkpoint to retrieve restore tid: \
+Could not find restore thread for process ID 1843
+(19.061) cuda_plugin: finished cuda_plugin stage 2 err 0
+(19.07) Restore finished successfully. Tasks resumed.
+"""
+TOOL = {"asked": "cuda-checkpoint", "path": "/usr/local/bin/cuda-checkpoint", "sha256": "ab" * 32, "tool": "nvidia",
+        "version": "580.159.04", "source": "marker", "marker": "/usr/local/bin/cuda-checkpoint.json"}
+
+
+def criu_timings(**extra: Any) -> dict[str, Any]:
+    return {"first_token_s": 39.61, "dump_s": 22.92, "image_bytes": int(22.4 * 2**30), "port_free_after_dump": True,
+            "gpu_mem_mib_before": [22243], "gpu_mem_mib_after_dump": [0], "answers_before_dump_s": [0.31, 0.3, 0.29],
+            "images_dir": {"path": "/opt/img", "fs_type": "ext4", "mount": "/", "free_bytes": 1, "in_ram": False},
+            "network_lock": {"asked": "auto", "method": "skip", "why": "neither ..."},
+            "io_uring": {"sysctl": "kernel.io_uring_disabled", "available": True, "previous": "0",
+                         "during_engine": "2", "restored": "0"},
+            "cuda_checkpoint_tool": TOOL, "lazy_pages": False, "restored_pid_same": True,
+            "restores": [{"cache": "dropped", "image_resident_fraction": 0.0, "restore_s": 19.09,
+                          "restore_to_first_token_s": 19.43, "answers_s": [0.306, 0.31, 0.3]},
+                         {"cache": "warm", "image_resident_fraction": 1.0, "restore_s": 8.1,
+                          "restore_to_first_token_s": 8.4, "answers_s": [0.3]}],
+            "restore_s": 19.09, "restore_to_first_token_s": 19.43, **extra}
+
+
+def raw_folder(tmp_path: Path, timings: dict[str, Any], logs: dict[str, str]) -> TrialContext:
+    raw = tmp_path / "trial" / "raw" / "h200"
+    raw.mkdir(parents=True)
+    (raw / "timings.json").write_text(json.dumps(timings))
+    for name, text in logs.items():
+        (raw / name).write_text(text)
+    return TrialContext(mode="criu", params={}, engine={}, trial_dir=tmp_path / "trial", host="h200")
+
+
+def test_criu_metrics_from_the_raw_files(tmp_path: Path) -> None:
+    ctx = raw_folder(tmp_path, criu_timings(), {"restore-dropped.log": H200_RESTORE_LOG,
+                                                "dump.log": "(01.2) cuda_plugin: pausing devices on pid 1843\n"})
+    metrics = KIND.collect(ctx)
+    assert {k: metrics[k] for k in ("restore_s", "restore_dropped_s", "restore_warm_s", "restore_cache",
+                                    "restore_dropped_to_first_token_s", "restore_warm_to_first_token_s")} == {
+        "restore_s": 19.09, "restore_dropped_s": 19.09, "restore_warm_s": 8.1, "restore_cache": "dropped",
+        "restore_dropped_to_first_token_s": 19.43, "restore_warm_to_first_token_s": 8.4}
+    assert metrics["restore_gpu_s"] == 4.2 and metrics["gpu_gib"] == 21.722 and metrics["image_gib"] == 22.4
+    assert metrics["cuda_plugin"] == "acted" and metrics["cuda_checkpoint_tool"] == "nvidia 580.159.04"
+    assert metrics["network_lock"] == "skip" and metrics["io_uring_disabled"] == "2"
+    assert metrics["answer_before_dump_s"] == 0.3 and metrics["first_answer_after_restore_s"] == 0.306
+    assert metrics["speedup_vs_start"] == 2.0 and metrics["images_fs"] == "ext4"
+
+
+def test_a_plugin_that_did_nothing_means_no_cuda_checkpoint_acted(tmp_path: Path) -> None:
+    ctx = raw_folder(tmp_path, criu_timings(), {"dump.log": "(00.1) cuda_plugin: No GPU device found; CUDA plugin "
+                                                            "is disabled\n"})
+    metrics = KIND.collect(ctx)
+    assert metrics["cuda_plugin"] == "disabled: No GPU device found" and metrics["cuda_checkpoint_tool"] == "none acted"
+
+
+def test_the_failed_steps_log_explains_the_failure(tmp_path: Path) -> None:
+    timings = {"error": "criu dump failed with rc 1 (see dump.log)", "first_token_s": 40.0}
+    ctx = raw_folder(tmp_path, timings, {
+        "dump.log": "Error (criu/proc_parse.c:502): Unknown shit 600 (anon_inode:[io_uring])\n"
+                    "Error (criu/cr-dump.c:1975): Dumping FAILED.\n",
+        "restore-warm.log": "Error (criu/netfilter.c:105): Iptables configuration failed\n"})  # an older attempt's
+    why = KIND.diagnose(ctx)
+    assert why.startswith("criu_dump_failed: criu dump failed; criu_io_uring: a process of the engine maps an io_uring")
+    assert "criu_tcp_lock" not in why
+    assert why.endswith("dump.log tail: Error (criu/proc_parse.c:502): Unknown shit 600 (anon_inode:[io_uring]) | "
+                        "Error (criu/cr-dump.c:1975): Dumping FAILED.")
+
+
+def record(tid: str, kind: str, mode: str, metrics: dict[str, Any], params: dict[str, Any] | None = None,
+           gmu: float = 0.15) -> dict[str, Any]:
+    experiment, _, rest = tid.partition(".")
+    return {"id": tid, "host": "h200", "experiment": experiment, "kind": kind, "mode": mode,
+            "repeat": int(rest.split(".r")[1].split("@")[0]), "params": params or {}, "timeout_s": 900,
+            "engine": {"kind": "vllm", "model": "/m", "args": {"gpu-memory-utilization": gmu}},
+            "engine_label": "vllm", "status": "ok", "reason": "", "duration_s": 100.0, "metrics": metrics}
+
+
+def test_the_section_puts_the_restore_against_the_nodes_rates_and_every_path_side_by_side(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    records = [
+        record("startup.first_start.r1@h200", "startup", "first_start", {"first_token_s": 145.1}),
+        record("startup.disk_cold.r1@h200", "startup", "disk_cold", {"first_token_s": 39.6}),
+        record("startup.sleep_wake.r1@h200", "startup", "sleep_wake", {"first_token_s": 41.0,
+                                                                       "wake_to_first_token_s": 0.18}),
+        record("gmu015.criu.r1@h200", "snapshot", "criu",
+               {"first_token_s": 39.61, "dump_s": 22.92, "image_gib": 22.4, "gpu_gib": 21.722, "images_fs": "ext4",
+                "restore_s": 19.09, "restore_dropped_s": 19.09, "restore_dropped_to_first_token_s": 19.43,
+                "restore_warm_s": 8.1, "restore_warm_to_first_token_s": 8.4, "restore_to_first_token_s": 19.43,
+                "lazy_pages": False, "restore_gpu_s": 4.2},
+               {"disk_read_gb_s": 1.75}),
+        record("gmu015.cuda_checkpoint.r1@h200", "snapshot", "cuda_checkpoint",
+               {"first_token_s": 98.69, "restore_s": 4.4794, "restore_to_first_token_s": 4.6094,
+                "gpu_mem_mib_before": 22239, "gpu_mem_mib_while": 0, "gpu_mem_mib_after": 22239}),
+    ]
+    for rec in records:
+        (root / "trials" / rec["id"]).mkdir(parents=True)
+        (root / "trials" / rec["id"] / "trial.json").write_text(json.dumps(rec))
+    plan = [{k: v for k, v in r.items() if k not in ("status", "reason", "metrics", "duration_s", "engine_label")}
+            for r in records]
+    (root / "plan.json").write_text(json.dumps({"campaign": "borrowed-h200-snapshot", "trials": plan}))
+    _, report_path = build_report(root)
+    report = report_path.read_text()
+    with (root / "snapshot.csv").open() as fh:
+        rows = {r["trial_id"]: r for r in csv.DictReader(fh)}
+    assert rows["gmu015.criu.r1@h200"]["gpu_memory_utilization"] == "0.15"
+    # 22.4 GiB / 1.75 GB/s + 21.722 GiB / (22239 MiB / 4.4794 s = 5.206 GB/s) = 13.74 + 4.48 s
+    expected = [line for line in report.splitlines() if line.startswith("| gmu015 | 22.4 | 21.722 |")]
+    assert expected == ["| gmu015 | 22.4 | 21.722 | ext4 | 1.75 | mode parameter | 5.206 | cuda_checkpoint restore "
+                        "| 18.22 | 19.09 | 1.05 | 4.2 |"]
+    for line in ("| cold start (empty caches) | startup | 145.1 | 1 |",
+                 "| start with persisted caches | startup | 39.6 | 1 |",
+                 "| wake from sleep | startup | 0.18 | 1 |",
+                 "| in-place cuda-checkpoint restore (GPU state kept in host RAM) | gmu015 | 4.609 | 1 |",
+                 "| CRIU restore from disk, page cache dropped | gmu015 | 19.43 | 1 |",
+                 "| CRIU restore, image in page cache | gmu015 | 8.4 | 1 |"):
+        assert line in report, line
