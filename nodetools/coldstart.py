@@ -3,8 +3,8 @@
     python -m nodetools.coldstart measure --launch launch.json --log server.log --out timings.json
         [--poll-s 0.05] [--timeout-s 1800] [--sleep-wake] [--residency PATH ...]
         [--trial ID] [--lease-dir DIR] [--lock-dir DIR]
-    python -m nodetools.coldstart prepare --dir WORKDIR --launch-json JSON [--fresh-cache DIR]
-        [--page-cache drop|warm|keep] [--model PATH]
+    python -m nodetools.coldstart prepare --dir WORKDIR --launch-json JSON [--fresh-cache DIR] [--empty-cache]
+        [--page-cache drop|warm|keep] [--model PATH] [--engine-python PY --bytecode-packages vllm,torch]
     python -m nodetools.coldstart cleanup --dir WORKDIR --port N [--container NAME] [--trial ID] [--lease-dir DIR]
 
 ``launch.json`` holds ``argv``, ``env``, ``stop_argv``, ``port`` and ``model`` (what the playbook
@@ -15,15 +15,24 @@ trial folder; ``--trial``, by default the folder's name), so a cleanup or ``node
 stop it even if this timer is killed. Before anything starts, the timer takes the engine port's
 lock (``--lock-dir``) and checks that nothing answers on the port. Wall time runs from the start
 command to the first completion token, polling a one-token completion every ``--poll-s`` seconds.
-With ``--sleep-wake`` the started engine is put to sleep (level 1) and woken, and the time to wake
+While it waits, every poll also looks at what the node shows of the start
+(:mod:`nodetools.procwatch`): the processes of the engine's group as they appear (``processes``:
+pid, start in seconds after the start command from ``/proc``, name, role such as ``engine_core``),
+the log's first byte (``events.log_first_byte``) and the port opening (``events.port_open``);
+``clock`` holds the wall, monotonic and boot-time clocks read at the start command and the local
+time zone's offset, which map those seconds and the log's timestamps onto one timeline
+(``runner.parse.startup_timeline``). ``before_start`` is ``prepare.json``, what the start began
+from. With ``--sleep-wake`` the started engine is put to sleep (level 1) and woken, and the time to wake
 and to the first token after wake are recorded. The engine is always stopped (the whole group),
 and the port checked free. Stdlib only: this runs on the node.
 
-``prepare`` puts the node in the mode's state in one step (an emptied trial folder and fresh cache,
-the cache folders, ``launch.json``, then the page cache dropped or the weights read) and prints
-JSON ``{"changed": [...]}``. ``cleanup`` stops what a killed timer may have left (what the trial's
-leases name, the group in ``engine.pgid`` once its start time proves it is the engine's, the
-container) and prints JSON ``{"stopped": [...], "port_free": bool}``.
+``prepare`` puts the node in the mode's state in one step (:mod:`nodetools.startprep`: an emptied
+trial folder and fresh cache, the persistent caches emptied with ``--empty-cache``, the cache
+folders, ``launch.json``, what the start begins from in ``prepare.json`` (the caches' state, the
+engine's warm ``.pyc`` fractions), then the page cache dropped or the weights read) and prints
+JSON ``{"changed": [...], "before_start": {...}}``. ``cleanup`` stops what a killed timer may have
+left (what the trial's leases name, the group in ``engine.pgid`` once its start time proves it is
+the engine's, the container) and prints JSON ``{"stopped": [...], "port_free": bool}``.
 
 Exit codes (nodetools.exitcodes): 0 measured; 2 bad input; 3 the engine exited before its first
 token; 4 timed out or stopped by SIGTERM; 7 the port is locked by another run or already answers.
@@ -47,7 +56,7 @@ from typing import Any
 from nodetools import exitcodes
 from nodetools.gpu import memory_used_mib
 from nodetools.lease import Claim, PortBusy, claim, default_lease_dir, default_trial
-from nodetools.pagecache import drop, resident_fraction, warm
+from nodetools.pagecache import resident_fraction
 from nodetools.proc import (
     group_members,
     interrupt_on_term,
@@ -56,7 +65,9 @@ from nodetools.proc import (
     stop_child_group,
     write_json_atomic,
 )
+from nodetools.procwatch import GroupWatcher, clock_sample
 from nodetools.reap import reap
+from nodetools.startprep import PREPARED, prepare
 
 __all__ = ["Timer", "add_claim_options", "cleanup", "first_token", "main", "post", "write_json_atomic"]
 
@@ -108,6 +119,8 @@ class Timer:
         self.claim: Claim | None = None
         self.inherit_lock = True
         self.t0 = 0.0
+        self.watch: GroupWatcher | None = None
+        self._log_size_at_start = 0
         self.out: dict[str, Any] = {"poll_s": poll_s, "events": {}}
 
     def mark(self, event: str) -> float:
@@ -145,29 +158,55 @@ class Timer:
 
     def start(self) -> None:
         fds = self.claim.lock_fds(self.port) if self.claim is not None and self.inherit_lock else ()
-        self.t0 = time.time()
+        with contextlib.suppress(OSError):
+            self._log_size_at_start = self.log.stat().st_size
+        clock = clock_sample()
+        self.t0 = clock["wall"]
         self.out["started_at"] = self.t0
+        self.out["clock"] = clock
         self.proc = self._spawn(self.launch["argv"], self.log, fds)
         self._record(self.proc, "engine.pgid", f"engine on port {self.port}", str(self.launch.get("container") or ""))
+        self.watch = GroupWatcher(self.proc.pid, clock)
+        self.watch_once()
+
+    def watch_once(self) -> None:
+        """One look at what the timer can see on the node: the group's processes, the log's first byte."""
+        if self.watch is not None:
+            self.watch.poll()
+        if "log_first_byte" not in self.out["events"]:
+            with contextlib.suppress(OSError):
+                if self.log.stat().st_size > self._log_size_at_start:
+                    self.mark("log_first_byte")
+
+    def _keep_processes(self) -> None:
+        if self.watch is not None:
+            self.watch_once()
+            self.out["processes"] = self.watch.records()
+            if self.watch.dropped:
+                self.out["processes_dropped"] = self.watch.dropped
 
     def wait_first_token(self, event: str) -> int:
         """Poll until a real token; returns an exit code."""
         assert self.proc is not None
         deadline = self.t0 + self.timeout_s
-        while time.time() < deadline:
-            tick = time.monotonic()
-            if self.proc.poll() is not None:
-                self.out["engine_rc"] = self.proc.returncode
-                self.mark("engine_exited")
-                return exitcodes.DIED
-            if "port_open" not in self.out["events"] and port_open(self.port):
-                self.mark("port_open")
-            if "port_open" in self.out["events"] and first_token(self.port, self.model, timeout=30):
-                self.mark(event)
-                return exitcodes.OK
-            time.sleep(max(0.0, self.poll_s - (time.monotonic() - tick)))
-        self.mark("timed_out")
-        return exitcodes.TIMEOUT
+        try:
+            while time.time() < deadline:
+                tick = time.monotonic()
+                self.watch_once()
+                if self.proc.poll() is not None:
+                    self.out["engine_rc"] = self.proc.returncode
+                    self.mark("engine_exited")
+                    return exitcodes.DIED
+                if "port_open" not in self.out["events"] and port_open(self.port):
+                    self.mark("port_open")
+                if "port_open" in self.out["events"] and first_token(self.port, self.model, timeout=30):
+                    self.mark(event)
+                    return exitcodes.OK
+                time.sleep(max(0.0, self.poll_s - (time.monotonic() - tick)))
+            self.mark("timed_out")
+            return exitcodes.TIMEOUT
+        finally:
+            self._keep_processes()
 
     def sleep_wake(self) -> int:
         self.out["gpu_mem_mib_awake"] = memory_used_mib(self.gpus)
@@ -247,41 +286,30 @@ def cleanup(workdir: Path, port: int, container: str = "", trial: str | None = N
     return {"stopped": stopped, "port_free": not port_open(port)}
 
 
-def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache: str, model: str) -> list[str]:
-    changed = []
-    if workdir.exists():  # an earlier attempt's log must not mix into this one's
-        shutil.rmtree(workdir)
-        changed.append(f"emptied {workdir}")
-    workdir.mkdir(parents=True)
-    if fresh_cache and Path(fresh_cache).exists():
-        shutil.rmtree(fresh_cache)
-        changed.append(f"emptied {fresh_cache}")
-    for cache in (launch.get("caches") or {}).values():
-        Path(cache).mkdir(parents=True, exist_ok=True)
-    (workdir / "launch.json").write_text(json.dumps(launch, indent=2, sort_keys=True) + "\n")
-    changed.append("wrote launch.json")
-    if page_cache == "drop":
-        drop()
-        changed.append("dropped the page cache")
-    elif page_cache == "warm":
-        changed.append(f"read {warm([model])} bytes of {model} into the page cache")
-    return changed
-
-
 def _main_prepare(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m nodetools.coldstart prepare")
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--launch-json", required=True)
     p.add_argument("--fresh-cache", default="")
+    p.add_argument("--empty-cache", action="store_true", help="empty the launch's (persistent) cache folders first")
     p.add_argument("--page-cache", choices=("drop", "warm", "keep"), default="keep")
     p.add_argument("--model", default="")
+    p.add_argument("--engine-python", default="", help="the Python that runs the engine (for its bytecode)")
+    p.add_argument("--bytecode-packages", default="", help="comma-separated packages whose .pyc to count")
     args = p.parse_args(argv)
     try:
         launch = json.loads(args.launch_json)
     except ValueError as exc:
         print(f"coldstart prepare: --launch-json is not JSON: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT
-    print(json.dumps({"changed": prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model)}))
+    packages = tuple(name.strip() for name in args.bytecode_packages.split(",") if name.strip())
+    try:
+        changed, before = prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model, args.empty_cache,
+                                  args.engine_python, packages)
+    except ValueError as exc:
+        print(f"coldstart prepare: {exc}", file=sys.stderr)
+        return exitcodes.BAD_INPUT
+    print(json.dumps({"changed": changed, "before_start": before}))
     return exitcodes.OK
 
 
@@ -346,6 +374,8 @@ def _main_measure(argv: list[str]) -> int:
 def _measure(launch: dict[str, Any], args: argparse.Namespace, held: Claim) -> int:
     timer = Timer(launch, args.log, args.poll_s, args.timeout_s)
     timer.claim = held
+    with contextlib.suppress(OSError, ValueError):
+        timer.out["before_start"] = json.loads((args.log.parent / PREPARED).read_text())
     if args.residency:
         timer.out["resident_fraction_before"] = resident_fraction(args.residency)
     interrupt_on_term()  # Ansible's task timeout, or the reaper, must still stop the engine

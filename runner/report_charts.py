@@ -18,13 +18,17 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["STARTUP_TITLE", "engine_note", "offload_figure", "offload_ttft_chart", "offload_turn_wall_chart",
-           "startup_chart", "startup_figure", "trial_engine"]
+__all__ = ["STARTUP_PHASES", "STARTUP_TITLE", "engine_note", "offload_figure", "offload_ttft_chart",
+           "offload_turn_wall_chart", "startup_chart", "startup_figure", "trial_engine"]
 
 STARTUP_TITLE = "Startup to first token, by phase"
-_STARTUP_PHASES = (("weights_s", "weights"), ("compile_s", "torch.compile"), ("graph_capture_s", "CUDA graphs"),
-                   ("kernel_jit_s", "kernel JIT + warm-up"), ("engine_other_s", "profile, KV allocation"),
-                   ("other_s", "other (process, API server)"))
+# The startup timeline's phases in the order a start passes them (runner.parse.startup_timeline), bottom up.
+STARTUP_PHASES = (("api_imports_s", "API server imports"), ("config_s", "config, model inspection"),
+                  ("engine_spawn_s", "EngineCore spawn"), ("engine_imports_s", "EngineCore imports"),
+                  ("device_init_s", "device, workers"), ("weights_s", "weights"), ("compile_s", "torch.compile"),
+                  ("kv_profile_s", "profile, KV allocation"), ("graph_capture_s", "CUDA graphs"),
+                  ("kernel_jit_s", "kernel JIT + warm-up"), ("api_ready_s", "API server ready"),
+                  ("first_request_s", "first request"), ("other_s", "other (between named boundaries)"))
 
 
 def _pyplot() -> Any:
@@ -43,7 +47,8 @@ def trial_engine(record: Mapping[str, Any]) -> dict[str, str]:
     model maker's preset: random weights) and ``load_format`` (``dummy``: vLLM's random weights)."""
     engine = record.get("engine") or {}
     recipe = (record.get("params") or {}).get("recipe") or {}
-    load_format = {**(engine.get("args") or {}), **(recipe.get("args") or {})}.get("load-format") or ""
+    args = {**(engine.get("args") or {}), **(recipe.get("args") or {})}
+    load_format = args.get("load-format") or args.get("load_format") or ""
     return {"engine": str(record.get("engine_label") or engine.get("kind") or "none"),
             "rehearsal_model": str(engine.get("rehearsal_model") or ""), "load_format": str(load_format)}
 
@@ -81,7 +86,7 @@ def engine_note(frame: pd.DataFrame, root: Path) -> str:
     found = (
         (len(engines) - len(real), "stand-in engine: a rehearsal of the tooling, these timings say nothing about vLLM"),
         (len(random_weights), f"random weights ({presets}): real engine timings, meaningless answers"),
-        (sum(not e["rehearsal_model"] and e["load_format"] == "dummy" for e in real),
+        (sum(e["load_format"] == "dummy" for e in real),  # a config-only preset is both: random AND never read
          "dummy weights (--load-format dummy): no weights read from disk"),
     )
     notes = [text if hits == len(engines) else f"{hits} of {len(engines)} trials: {text}"
@@ -125,29 +130,58 @@ def _trial_labels(frame: pd.DataFrame) -> list[str]:
     return labels
 
 
+def _bar_positions(modes: list[str]) -> list[float]:
+    """One bar per trial in table order, a gap where the mode changes: repeats of a mode stand together."""
+    out: list[float] = []
+    x = 0.0
+    for i, mode in enumerate(modes):
+        if i and mode != modes[i - 1]:
+            x += 0.6
+        out.append(x)
+        x += 1.0
+    return out
+
+
+def _resolution_label(ok: pd.DataFrame) -> str:
+    if "timeline_resolution_s" not in ok:
+        return "trial (mode, repeat)"
+    values = sorted({float(v) for v in pd.to_numeric(ok["timeline_resolution_s"], errors="coerce").dropna()})
+    if not values:
+        return "trial (mode, repeat)"
+    shown = " / ".join(f"{v:g} s" for v in values)
+    return f"trial (mode, repeat); phase boundaries to {shown}" + (
+        " (whole-second log stamps)" if 1.0 in values else "")
+
+
 def startup_figure(frame: pd.DataFrame, note: str = "") -> Any | None:
-    """The startup figure, subtitled with ``note`` (not saved): stacked phases per trial, repeats
-    side by side; and where sleep_wake ran, a panel of its own on a log scale with every repeat's
-    start and wake."""
+    """The startup figure, subtitled with ``note`` (not saved): the timeline's phases stacked per
+    trial, repeats side by side; and where sleep_wake ran, a panel of its own on a log scale with
+    every repeat's start and wake."""
     ok = frame[(frame["status"] == "ok") & frame["first_token_s"].notna()]
     if ok.empty:
         return None
     plt = _pyplot()
     wake = ok[ok["wake_to_first_token_s"].notna()] if "wake_to_first_token_s" in ok else ok.iloc[0:0]
-    fig, axes = plt.subplots(1, 2 if len(wake) else 1, figsize=(12 if len(wake) else 8, 4.8),
+    fig, axes = plt.subplots(1, 2 if len(wake) else 1, figsize=(14 if len(wake) else 9.5, 5.2),
                              gridspec_kw={"width_ratios": [3, 1.3]} if len(wake) else None, squeeze=False)
     ax = axes[0][0]
-    x = list(range(len(ok)))
+    x = _bar_positions([str(m) for m in ok["mode"]])
+    colours = plt.get_cmap("tab20").colors
     bottom = pd.Series(0.0, index=ok.index)
-    for column, name in _STARTUP_PHASES:
-        values = pd.to_numeric(ok[column], errors="coerce").fillna(0.0).astype(float) if column in ok else bottom * 0
-        ax.bar(x, values, bottom=bottom, label=name)
+    for i, (column, name) in enumerate(STARTUP_PHASES):
+        if column not in ok or not pd.to_numeric(ok[column], errors="coerce").fillna(0.0).any():
+            continue  # a phase no trial has stays out of the legend
+        values = pd.to_numeric(ok[column], errors="coerce").fillna(0.0).astype(float)
+        colour = "lightgray" if column == "other_s" else colours[i % len(colours)]
+        ax.bar(x, values, bottom=bottom, label=name, color=colour, edgecolor="white", linewidth=0.3)
         bottom = bottom + values
     ax.set_xticks(x, _trial_labels(ok))
     ax.set_ylabel("seconds from start command")
+    ax.set_xlabel(_resolution_label(ok), fontsize=8)
     ax.set_title(STARTUP_TITLE)
     ax.tick_params(axis="x", labelsize=7, labelrotation=60)
-    ax.legend(fontsize=7)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # top phase first
     if len(wake):
         _wake_panel(axes[0][1], wake)
     _subtitle(fig, note)

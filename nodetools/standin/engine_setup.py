@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from nodetools.standin.config import STANDIN_VERSION, ServeConfig
 from nodetools.standin.engine import Engine, EngineParams, MemoryFigures
 from nodetools.standin.kvcache import FsTier, HostTier, KvCacheManager
-from nodetools.standin.startup import StartupResult, compile_cache_key, run_engine_startup
+from nodetools.standin.startup import StartupResult, compile_cache_key, run_engine_startup, spawn_engine_core
 from nodetools.standin.stats import EngineStats
 from nodetools.standin.tokenizer import TokenizerChoice
 from nodetools.standin.vllm_log import ProcLogger
@@ -18,8 +17,9 @@ __all__ = ["build_engine", "start_engine_core"]
 
 async def start_engine_core(cfg: ServeConfig, eng: ProcLogger, max_model_len: int, environ: dict[str, str]
                             ) -> StartupResult:
-    """vLLM's engine-core start: its config line, then load, compile, profile and capture (startup.py)."""
-    await asyncio.sleep(cfg.knobs.process_start_s)
+    """vLLM's engine-core start: a ``VLLM::EngineCore`` child process appears in the server's group (what
+    the startup timer sees on a real node), then its config line, load, compile, profile and capture."""
+    await spawn_engine_core(cfg)
     eng.info("Initializing a V1 LLM engine (v%s+standin) with config: model=%r, served_model_name=%s, "
              "max_seq_len=%d, load_format=%s, tensor_parallel_size=%d, dtype=%s, enforce_eager=%s, seed=%d, "
              "enable_prefix_caching=%s, block_size=%d", STANDIN_VERSION, cfg.model, cfg.served_model_name,

@@ -7,6 +7,12 @@ writes an artefact under ``$VLLM_CACHE_ROOT/torch_compile_cache/<hash>/rank_<r>_
 keyed by a hash of the model and the arguments that change vLLM's compile hash; a kernel-JIT
 phase does the same in a cache outside ``VLLM_CACHE_ROOT``. The other phases wait for their
 knob's seconds.
+
+vLLM starts as two processes: the API server, whose lines come first, spawns the EngineCore,
+whose first line comes after its own imports. :func:`spawn_engine_core` gives the stand-in the
+same structure as a timer sees it on the node: a real child process named ``VLLM::EngineCore``
+(:mod:`nodetools.standin.engine_core`) appears, then ``process_start_s`` passes (the EngineCore's
+imports) before the caller logs the EngineCore's first line.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nodetools.standin.config import STANDIN_VERSION, ServeConfig
+from nodetools.standin.engine_core import EngineCoreProcess, start_engine_core_process
 from nodetools.standin.vllm_log import STYLES, ProcLogger
 
 __all__ = [
@@ -31,6 +38,7 @@ __all__ = [
     "compile_cache_key",
     "resolve_max_model_len",
     "run_engine_startup",
+    "spawn_engine_core",
     "vllm_cache_root",
     "weight_files",
 ]
@@ -52,6 +60,14 @@ class StartupResult:
     kv_tokens: int
     kv_gib: float
     graphs_gib: float
+
+
+async def spawn_engine_core(cfg: ServeConfig) -> EngineCoreProcess:
+    """The EngineCore's spawn and imports: its process appears now, its first line may follow
+    ``process_start_s`` later (the caller logs it)."""
+    core = start_engine_core_process()
+    await asyncio.sleep(cfg.knobs.process_start_s)
+    return core
 
 
 def vllm_cache_root(environ: dict[str, str] | os._Environ[str]) -> Path:

@@ -3,15 +3,16 @@
 Each mode is a documented preparation of the node before the same start command (the reference campaign's
 table): which compile cache the engine gets, what the page cache holds, and the few flags that
 differ. The recipe is data (``recipe`` in the trial's params), so plan.json shows exactly what a
-trial does. Phases: ``prepare`` (preconditions, caches, page cache, launch file), ``measure`` (the
-node-side timer ``nodetools.coldstart``), ``collect`` (always: stop leftovers, fetch, facts).
+trial does. Phases: ``prepare`` (preconditions, caches, page cache, launch file, what the start
+begins from), ``measure`` (the node-side timer ``nodetools.coldstart``), ``collect`` (always: stop
+leftovers, fetch, facts). The wait is explained by :mod:`runner.parse.startup_timeline`, from the
+server log, the timer's events and the processes it saw.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,18 +21,20 @@ from pydantic import Field, computed_field
 from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
 from runner.markdown import markdown_table
+from runner.parse.startup_timeline import PHASE_NAMES, timeline
 from runner.parse.vllm_log import parse_log_file
 
-__all__ = ["KIND", "RECIPES", "breakdown"]
+__all__ = ["KIND", "PHASE_COLUMNS", "RECIPES", "before_start"]
 
 PLAYBOOKS = "playbooks/experiments/startup"
 
 # cache: fresh (an empty compile/JIT cache dir per trial) | persistent (engine.cache_root) |
 #        none (docker: no cache volume at all; process: same as fresh)
+# empty_cache: empty the persistent cache first (the very first start begins from nothing and fills it)
 # page_cache: drop (sync; echo 3 > drop_caches) | warm (weights read first) | keep
 # standin: why the stand-in cannot rehearse the mode (the trial is skipped with that reason)
 RECIPES: dict[str, dict[str, Any]] = {
-    "first_start": {"cache": "fresh", "page_cache": "drop"},
+    "first_start": {"cache": "persistent", "empty_cache": True, "page_cache": "drop"},
     "disk_cold": {"cache": "persistent", "page_cache": "drop"},
     "page_cache_warm": {"cache": "persistent", "page_cache": "warm"},
     "fresh_container": {"cache": "none", "page_cache": "drop"},
@@ -56,8 +59,8 @@ class StartupParams(ModeParams):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def recipe(self) -> dict[str, Any]:
-        return {"args": {}, "env": {}, "sleep_wake": False, "preload": False, "python_module": "", "standin": "",
-                **self.RECIPE}
+        return {"args": {}, "env": {}, "empty_cache": False, "sleep_wake": False, "preload": False,
+                "python_module": "", "standin": "", **self.RECIPE}
 
 
 def _mode_model(mode: str) -> type[StartupParams]:
@@ -85,49 +88,39 @@ def _parsed_log(raw: Path) -> dict[str, Any]:
         return {}
 
 
-def _seconds_between(log: Mapping[str, Any], first: str, last: str) -> float | None:
-    stamps = log.get("phase_ts") or {}
-    if first not in stamps or last not in stamps:
-        return None
-    a, b = (datetime.strptime(f"2000-{stamps[k]}", "%Y-%m-%d %H:%M:%S.%f") for k in (first, last))
-    return (b - a).total_seconds()
+PHASE_COLUMNS = PHASE_NAMES
 
 
-def breakdown(first_token_s: float, log: Mapping[str, Any]) -> dict[str, float]:
-    """Split the wall time to the first token into the phases the log explains.
-
-    ``weights_s`` is the model load; ``compile_s`` torch.compile; ``graph_capture_s`` CUDA graphs;
-    ``kernel_jit_s`` the gap from graph capture to "init engine" done (kernel JIT and warm-up: on
-    a real H200 the largest part of a cold start; from log timestamps, so to the second when the
-    log has no milliseconds); ``engine_other_s`` the rest of "init engine" (profiling, KV
-    allocation); ``other_s`` what no log line explains (process start, imports, API server, the
-    first request). Absent lines give absent keys.
-    """
-    out: dict[str, float] = {}
-    weights = log.get("model_load_s", log.get("weights_load_s"))
-    if weights is not None:
-        out["weights_s"] = float(weights)
-    for key in ("compile_s", "graph_capture_s"):
-        if key in log:
-            out[key] = float(log[key])
-    if "init_engine_s" in log:
-        rest = max(0.0, float(log["init_engine_s"]) - out.get("compile_s", 0.0) - out.get("graph_capture_s", 0.0))
-        jit = _seconds_between(log, "graph_capture", "init_engine")
-        if jit is not None:
-            out["kernel_jit_s"] = min(max(0.0, jit), rest)
-            rest -= out["kernel_jit_s"]
-        out["engine_other_s"] = rest
-    explained = sum(out.values())
-    out["other_s"] = max(0.0, first_token_s - explained)
-    return {k: round(v, 3) for k, v in out.items()}
+def before_start(timings: Mapping[str, Any]) -> dict[str, Any]:
+    """What the start began from, as the prepare step read it from disk: ``cache_state`` (fresh,
+    empty, warm, unknown), ``cache_files`` and ``cache_bytes`` (all cache folders), and the warm
+    ``.pyc`` share of the engine's main package (``pyc_warm_fraction``: vllm, or nodetools for
+    the stand-in) and of all its counted packages together (``pyc_warm_fraction_all``)."""
+    before = timings.get("before_start") or {}
+    out: dict[str, Any] = {}
+    if before.get("cache_state"):
+        out["cache_state"] = before["cache_state"]
+        out["cache_files"] = sum((before.get("cache_files") or {}).values())
+        out["cache_bytes"] = before.get("cache_bytes")
+    packages = (before.get("bytecode") or {}).get("packages") or {}
+    order = (before.get("bytecode") or {}).get("order") or sorted(packages)
+    counted = [packages[name] for name in order if (packages.get(name) or {}).get("modules")]
+    if counted:
+        main = packages.get(order[0]) or {}
+        if main.get("modules"):
+            out["pyc_warm_fraction"] = main["fraction"]
+        out["pyc_warm_fraction_all"] = round(sum(p["current"] for p in counted) / sum(p["modules"] for p in counted), 4)
+    return out
 
 
 def _collect(ctx: TrialContext) -> dict[str, Any]:
     raw = _raw(ctx)
     timings = json.loads((raw / "timings.json").read_text())
     log = _parsed_log(raw)
-    metrics: dict[str, Any] = {"first_token_s": round(timings["first_token_s"], 3)}
-    metrics.update(breakdown(timings["first_token_s"], log))
+    first = float(timings["first_token_s"])
+    metrics: dict[str, Any] = {"first_token_s": round(first, 3)}
+    metrics.update(timeline(first, log, timings))
+    metrics.update(before_start(timings))
     for key in ("compile_cache_hit", "init_engine_s", "kv_cache_tokens", "weights_load_s", "sleep_s", "wake_s",
                 "sleep_freed_gib"):
         if key in log:
@@ -158,10 +151,11 @@ def _diagnose(ctx: TrialContext) -> str:
     return "; ".join(parts)
 
 
-_REPORT_COLUMNS = ("first_token_s", "weights_s", "compile_s", "graph_capture_s", "kernel_jit_s", "engine_other_s",
-                   "other_s",
-                   "compile_cache_hit", "resident_fraction_before", "wake_to_first_token_s", "gpu_mem_mib_asleep",
-                   "log_errors")
+_STATE_COLUMNS = ("compile_cache_hit", "cache_state", "cache_files", "pyc_warm_fraction", "pyc_warm_fraction_all",
+                  "resident_fraction_before")
+_REPORT_COLUMNS = ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction", "timeline_resolution_s",
+                   "timeline_sources", *_STATE_COLUMNS, "wake_to_first_token_s", "gpu_mem_mib_asleep", "log_errors",
+                   "timeline_note")
 
 
 def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -169,21 +163,37 @@ def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{k: metrics.get(k) for k in _REPORT_COLUMNS}]
 
 
+def _resolution_line(ok: Any) -> str:
+    """How precise the phase boundaries are, in words, from the trials' ``timeline_resolution_s``."""
+    counts = ok["timeline_resolution_s"].dropna().value_counts().sort_index()
+    if counts.empty:
+        return ""
+    parts = [f"{n} trial{'s' if n != 1 else ''} to {float(res):g} s" for res, n in counts.items()]
+    return ("Phase boundaries: " + ", ".join(parts) + ". vLLM stamps its lines to the whole second unless its log "
+            "has milliseconds: such a boundary is placed in the middle of its second (±0.5 s); the start command, "
+            "the port opening and the first token are the timer's (to the poll interval), the EngineCore's start "
+            "is the process's own (to the clock tick).\n")
+
+
 def _section(frame: Any, root: Path) -> str:
     from runner.report_charts import startup_chart  # noqa: PLC0415 - pandas and matplotlib: only when a report is built
 
     lines = ["\n## Startup: time to the first token, and where it went\n",
-             "Each bar is one trial (repeats side by side: read the pairs, not a mean). Phases come from the "
-             "server log; `other` is what no log line explains (process start, imports, API server).\n"]
+             "Each bar is one trial (repeats side by side: read the pairs, not a mean), stacked from the start "
+             "command to the first token. Phases come from the server log's timestamps, the timer's events and the "
+             "engine's processes as the timer saw them; `other` is what lies between named boundaries or where one "
+             "is missing.\n"]
     chart = startup_chart(frame, root / "startup.png")
     if chart is not None:
         lines.append(f"![startup phases]({chart.name})\n")
     ok = frame[frame["status"] == "ok"]
     if len(ok):
-        cols = ["mode", "repeat", "first_token_s", "weights_s", "compile_s", "graph_capture_s", "kernel_jit_s",
-                "engine_other_s", "other_s", "compile_cache_hit", "resident_fraction_before", "wake_to_first_token_s"]
-
-        lines.append(markdown_table(ok[cols]))
+        lines.append(_resolution_line(ok))
+        phases = [c for c in ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction") if ok[c].notna().any()]
+        lines.append(markdown_table(ok[["mode", "repeat", *phases]]))
+        lines.append("\nWhat each start began from (read from disk before it, never from the mode): the compile "
+                     "and JIT caches, the engine's warm `.pyc` share, the model's share in the page cache.\n")
+        lines.append(markdown_table(ok[["mode", "repeat", *_STATE_COLUMNS, "wake_to_first_token_s"]]))
     return "\n".join(lines)
 
 

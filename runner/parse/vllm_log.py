@@ -26,7 +26,12 @@ Output rules (see :func:`parse_log_text`):
   over processes.
 * Sleep/wake values are those of the **last** cycle; ``sleep_events`` lists every cycle.
 * ``phase_ts`` maps a phase to the timestamp (``"MM-DD HH:MM:SS.mmm"``) of the **last** line
-  of that phase (the slowest worker), except ``shutdown`` which is the first shutdown line.
+  of that phase (the slowest worker), except ``shutdown`` which is the first shutdown line,
+  ``engine_core_start`` (the first timestamped line of the EngineCore process, from its
+  ``(EngineCore...)`` prefix) and ``api_config`` (the last timestamped line before the
+  EngineCore's first output: where the API server's config resolution ends). The last two are
+  found by one ``bytes.find`` per chunk until the EngineCore's first line, a log without
+  process prefixes has neither.
   When the log has no milliseconds, ``.000`` is appended and ``ts_has_ms`` is ``False``.
 * ``compile_cache_hit`` is ``True`` when any ``Directly load ...`` line is seen (compiled
   graph loaded from the cache, or AOT compilation loaded from a path), ``False`` when a
@@ -63,7 +68,8 @@ logged ``external_prefix_hit_pct_rolling1000``, ``swapped_reqs``, ``deferred_req
 ``preemptions``, ``corrupted_reqs``, ``cpu_kv_usage_pct``, ``mm_cache_hit_pct_rolling``,
 ``gpu_prefix_hit_pct_v0``, ``cpu_prefix_hit_pct_v0``.
 
-``phase_ts`` names: ``non_default_args``, ``engine_init_start``, ``weights_load``,
+``phase_ts`` names: ``non_default_args``, ``api_config``, ``engine_core_start``,
+``engine_init_start``, ``weights_load``,
 ``model_load``, ``compile_cache_dir``, ``dynamo_transform``, ``inductor_compile``,
 ``compile_cache_load``, ``compile``, ``profile_warmup``, ``memory_profiling``,
 ``available_kv_cache``, ``kv_cache_size``, ``graph_capture``, ``jit_monitor`` (vLLM 0.24: the
@@ -1108,6 +1114,50 @@ class _Edges:
             self.last = last
 
 
+_ENGINE_CORE = b"(EngineCore"
+# The marker in a line's process prefix (nested ones too), not in a message.
+_ENGINE_CORE_HEAD = re.compile(r"[ \t]*(?:\([^()]*\)[ \t]*)*\(EngineCore")
+
+
+class _EngineCoreStart:
+    """Where the EngineCore process begins: the timestamp of its first line that has one, and of
+    the last prefixed line before its first output (there the API server's config resolution
+    ends). One ``bytes.find`` per chunk until both are known; nothing after."""
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self.before: str | None = None
+        self.seen = False  # the EngineCore's first output line was found
+
+    def scan(self, chunk: bytes, strip: Strip | None, edges: _Edges) -> None:
+        """Look at ``chunk`` before ``edges`` scans it (``edges.last`` is then the previous chunks')."""
+        pos = 0
+        while self.first is None:
+            hit = chunk.find(_ENGINE_CORE, pos)
+            if hit < 0:
+                return
+            start = chunk.rfind(b"\n", 0, hit) + 1
+            end = chunk.find(b"\n", hit)
+            end = len(chunk) if end < 0 else end
+            pos = end + 1
+            text = _decode(chunk[start:min(end, start + LINE_MAX)])
+            if strip is not None:
+                inner = strip(text)
+                if inner is not None:
+                    text = inner
+            text = _clean(text)
+            if _ENGINE_CORE_HEAD.match(text) is None:
+                continue
+            if not self.seen:
+                self.seen = True
+                head = chunk[:start]
+                self.before = edges._find(head, _backward_lines(head), strip) if head else None
+                self.before = self.before or edges.last
+            m = _PREFIX_FAST.match(text) or _PREFIX.match(text)
+            if m is not None:
+                self.first = m.group("ts")
+
+
 # ----------------------------------------------------------------------------------------------
 # Parsing a stream
 
@@ -1116,6 +1166,7 @@ def _parse_stream(lines: _LineChunks, source: str, *, check_empty: bool) -> dict
     collector = _Collector()
     feed = collector.feed
     edges = _Edges()
+    engine_core = _EngineCoreStart()
     wrapper: Wrapper | None = None
     strip: Strip | None = None
     pending: dict[bytes, bytes] = {}  # CRI partial records per stream
@@ -1128,6 +1179,8 @@ def _parse_stream(lines: _LineChunks, source: str, *, check_empty: bool) -> dict
             strip = None if wrapper is NONE else wrapper.strip
         if wrapper.name == "kubernetes-cri" and (pending or b" stdout P " in chunk or b" stderr P " in chunk):
             chunk = rejoin_cri(chunk, pending, LINE_MAX)
+        if engine_core.first is None:
+            engine_core.scan(chunk, strip, edges)
         edges.scan(chunk, strip)
         # After the first shutdown line, later ones cannot change the record: their keywords go.
         for start, end in _keyword_lines(chunk, _KW_BYTES_AFTER_SHUTDOWN if collector.shutdown else _KW_BYTES):
@@ -1165,6 +1218,9 @@ def _parse_stream(lines: _LineChunks, source: str, *, check_empty: bool) -> dict
         last = edges.last or edges.first
         out["first_ts"], out["last_ts"], out["ts_has_ms"] = _norm_ts(edges.first), _norm_ts(last), len(edges.first) > 14
     collector.truncated["long_lines"] += lines.long_lines + cut_lines
+    for name, ts in (("api_config", engine_core.before), ("engine_core_start", engine_core.first)):
+        if ts is not None:
+            collector.phase_ts[name] = _norm_ts(ts)
     out.update(collector.result())
     log.debug("%s: %d stats lines, errors=%s", source, out["stats_count"], out["errors"])
     return out

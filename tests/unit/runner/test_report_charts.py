@@ -74,6 +74,14 @@ def test_the_note_comes_from_the_trial_records(tmp_path: Path, engine: dict[str,
     assert engine_note(frame, tmp_path).startswith(expected)
 
 
+def test_a_config_only_preset_on_dummy_weights_says_both(tmp_path: Path) -> None:
+    frame = startup_frame()
+    write_trials(tmp_path, frame, {"kind": "vllm", "model": "/m", "rehearsal_model": "qwen3-32b",
+                                   "args": {"load_format": "dummy"}})
+    note = engine_note(frame, tmp_path)
+    assert note.startswith("random weights (qwen3-32b)") and "dummy weights (--load-format dummy)" in note
+
+
 def test_a_real_engine_on_real_weights_gets_no_note(tmp_path: Path) -> None:
     frame = startup_frame()
     write_trials(tmp_path, frame, {"kind": "vllm", "model": "/m"}, {"load-format": "runai_streamer"})
