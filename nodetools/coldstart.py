@@ -4,7 +4,8 @@
         [--poll-s 0.05] [--timeout-s 1800] [--sleep-wake] [--residency PATH ...]
         [--trial ID] [--lease-dir DIR] [--lock-dir DIR]
     python -m nodetools.coldstart prepare --dir WORKDIR --launch-json JSON [--fresh-cache DIR] [--empty-cache]
-        [--page-cache drop|warm|keep] [--model PATH] [--engine-python PY --bytecode-packages vllm,torch]
+        [--page-cache drop|warm|keep] [--drop-scope global|files] [--model PATH]
+        [--engine-python PY --bytecode-packages vllm,torch]
     python -m nodetools.coldstart cleanup --dir WORKDIR --port N [--container NAME] [--trial ID] [--lease-dir DIR]
 
 ``launch.json`` holds ``argv``, ``env``, ``stop_argv``, ``port`` and ``model`` (what the playbook
@@ -293,6 +294,8 @@ def _main_prepare(argv: list[str]) -> int:
     p.add_argument("--fresh-cache", default="")
     p.add_argument("--empty-cache", action="store_true", help="empty the launch's (persistent) cache folders first")
     p.add_argument("--page-cache", choices=("drop", "warm", "keep"), default="keep")
+    p.add_argument("--drop-scope", choices=("global", "files"), default="global",
+                   help="drop: the whole page cache (the node is the campaign's) or only the model's files")
     p.add_argument("--model", default="")
     p.add_argument("--engine-python", default="", help="the Python that runs the engine (for its bytecode)")
     p.add_argument("--bytecode-packages", default="", help="comma-separated packages whose .pyc to count")
@@ -305,7 +308,7 @@ def _main_prepare(argv: list[str]) -> int:
     packages = tuple(name.strip() for name in args.bytecode_packages.split(",") if name.strip())
     try:
         changed, before = prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model, args.empty_cache,
-                                  args.engine_python, packages)
+                                  args.engine_python, packages, args.drop_scope)
     except ValueError as exc:
         print(f"coldstart prepare: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT

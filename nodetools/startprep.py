@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nodetools.pagecache import drop, warm
+from nodetools.pagecache import drop, evict, warm
 from nodetools.proc import write_json_atomic
 from nodetools.startstate import bytecode_state, cache_state
 
@@ -36,10 +36,12 @@ def _empty_folder(folder: Path) -> bool:
 
 
 def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache: str, model: str,
-            empty_cache: bool = False, engine_python: str = "", bytecode_packages: tuple[str, ...] = ()
-            ) -> tuple[list[str], dict[str, Any]]:
+            empty_cache: bool = False, engine_python: str = "", bytecode_packages: tuple[str, ...] = (),
+            drop_scope: str = "global") -> tuple[list[str], dict[str, Any]]:
     """Put the node in the mode's state; returns what changed and what the start begins from
-    (also written to ``prepare.json`` in ``workdir``)."""
+    (also written to ``prepare.json`` in ``workdir``). A page-cache drop is ``global`` (the whole
+    machine's cache: right where the node is the campaign's alone) or ``files`` (only the model's
+    files, evicted one by one: polite on a shared machine); ``before["page_cache"]`` says which ran."""
     changed = []
     if workdir.exists():  # an earlier attempt's log must not mix into this one's
         shutil.rmtree(workdir)
@@ -60,10 +62,18 @@ def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache:
     if engine_python and bytecode_packages:
         env = {str(k): str(v) for k, v in (launch.get("env") or {}).items()}
         before["bytecode"] = bytecode_state(engine_python, env, list(bytecode_packages))
-    write_json_atomic(workdir / PREPARED, before)
-    if page_cache == "drop":
+    if page_cache == "drop" and drop_scope == "files":
+        evicted = evict([model]) if model else {"method": "files", "files": 0, "bytes": 0, "resident_after": None}
+        before["page_cache"] = {"action": "drop", **evicted}
+        changed.append(f"evicted {evicted['files']} model files from the page cache")
+    elif page_cache == "drop":
         drop()
+        before["page_cache"] = {"action": "drop", "method": "global"}
         changed.append("dropped the page cache")
     elif page_cache == "warm":
-        changed.append(f"read {warm([model])} bytes of {model} into the page cache")
+        before["page_cache"] = {"action": "warm", "bytes": warm([model])}
+        changed.append(f"read {before['page_cache']['bytes']} bytes of {model} into the page cache")
+    else:
+        before["page_cache"] = {"action": "keep"}
+    write_json_atomic(workdir / PREPARED, before)
     return changed, before

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, computed_field
 
@@ -53,7 +53,12 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 
 class StartupParams(ModeParams):
-    poll_s: float = Field(default=0.05, gt=0, le=1.0, description="first-token poll interval (seed: 0.2)")
+    poll_s: float = Field(default=0.05, gt=0, le=1.0,
+                          description="first-token poll interval (the reference campaign polled every 0.2 s)")
+    drop_scope: Literal["auto", "global", "files"] = Field(
+        default="auto", description="how a 'page cache dropped' mode drops it: global (echo 3 > drop_caches, the "
+        "whole machine's cache: for a node that is the campaign's alone), files (only the model's files, "
+        "fadvise DONTNEED, verified: polite on a shared machine), auto (files for the stand-in, global for vLLM)")
     RECIPE: ClassVar[dict[str, Any]] = {}
 
     @computed_field  # type: ignore[prop-decorator]
@@ -98,6 +103,10 @@ def before_start(timings: Mapping[str, Any]) -> dict[str, Any]:
     the stand-in) and of all its counted packages together (``pyc_warm_fraction_all``)."""
     before = timings.get("before_start") or {}
     out: dict[str, Any] = {}
+    page_cache = before.get("page_cache") or {}
+    if page_cache.get("action"):
+        out["page_cache_action"] = page_cache["action"] if page_cache["action"] != "drop" else \
+            f"drop ({page_cache.get('method', 'global')})"
     if before.get("cache_state"):
         out["cache_state"] = before["cache_state"]
         out["cache_files"] = sum((before.get("cache_files") or {}).values())
@@ -152,7 +161,7 @@ def _diagnose(ctx: TrialContext) -> str:
 
 
 _STATE_COLUMNS = ("compile_cache_hit", "cache_state", "cache_files", "pyc_warm_fraction", "pyc_warm_fraction_all",
-                  "resident_fraction_before")
+                  "page_cache_action", "resident_fraction_before")
 _REPORT_COLUMNS = ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction", "timeline_resolution_s",
                    "timeline_sources", *_STATE_COLUMNS, "wake_to_first_token_s", "gpu_mem_mib_asleep", "log_errors",
                    "timeline_note")

@@ -70,6 +70,9 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
 
     # The page cache is real: a dropped cache reads the weights from disk, a warm one from RAM.
     assert float(r["disk_cold.r2"]["resident_fraction_before"]) < 0.05
+    # The stand-in evicts its own model's files, not the whole machine's page cache (drop_scope auto).
+    assert r["disk_cold.r2"]["page_cache_action"] == "drop (files)"
+    assert r["page_cache_warm.r2"]["page_cache_action"] == "warm"
     assert float(r["page_cache_warm.r2"]["resident_fraction_before"]) > 0.95
     read = {trial: float(summary[trial]["weights_load_s"]) for trial in ("disk_cold.r2", "page_cache_warm.r2")}
     assert read["disk_cold.r2"] > 1.5 * read["page_cache_warm.r2"]
