@@ -132,7 +132,7 @@ def campaign_schema() -> dict[str, Any]:
         "title": "GPU campaign file",
         "description": (
             "A campaign for python -m runner: where to run (inventory, hosts), which engine to start, and the "
-            "experiments, each with its modes and repeats. Generated from runner/spec.py and the mode models "
+            "experiments, each with its modes and repeats. Generated from runner/spec/ and the mode models "
             "of runner/experiments/ by python -m runner.schema."
         ),
         "$defs": defs,
