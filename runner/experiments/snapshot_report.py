@@ -2,9 +2,10 @@
 
 Three tables: every trial's figures; a CRIU restore from disk against what the node's rates
 predict, ``image bytes / disk read rate + GPU bytes / host-to-GPU rate`` (the disk rate from the
-mode's ``disk_read_gb_s``, else this campaign's ``storage.csv``, buffered reads first; the
-host-to-GPU rate from ``h2d_gb_s``, else this campaign's in-place cuda-checkpoint restores, GPU
-bytes moved over their seconds); and every path back to a serving engine side by side (cold and
+mode's ``disk_read_gb_s``, else the host's ``storage`` trials in the same results folder, buffered
+reads first; the host-to-GPU rate from ``h2d_gb_s``, else the host's measured pinned copy
+(``storage`` mode ``h2d_copy``), else this campaign's in-place cuda-checkpoint restores, GPU bytes
+moved over their seconds); and every path back to a serving engine side by side (cold and
 cached starts and the wake from sleep from ``startup.csv`` of the same results folder, the
 in-place cuda-checkpoint restore, the CRIU restores), medians over the repeats that finished ok.
 """
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from runner.experiments.limits import NodeLimits, node_limits
 from runner.markdown import markdown_table
 
 __all__ = ["COLUMNS", "rows", "section"]
@@ -66,19 +68,14 @@ def _with_data(frame: Any, cols: tuple[str, ...]) -> list[str]:
     return [c for c in cols if c in frame.columns and frame[c].notna().any()]
 
 
-def _disk_rate(root: Path) -> tuple[float | None, str]:
-    import pandas as pd  # noqa: PLC0415
+def _disk_rate(limits: NodeLimits | None) -> tuple[float | None, str]:
+    rate = limits.disk_read() if limits else None
+    return (rate.gb_s, f"storage: {rate.source}") if rate else (None, "")
 
-    path = root / "storage.csv"
-    if not path.is_file():
-        return None, ""
-    storage = pd.read_csv(path)
-    storage = storage[storage["status"] == "ok"]
-    for mode in ("buffered_read", "seq_read_direct"):
-        rates = pd.to_numeric(storage[storage["mode"] == mode]["gb_s"], errors="coerce").dropna()
-        if len(rates):
-            return round(float(rates.median()), 3), f"storage {mode}"
-    return None, ""
+
+def _copy_rate(limits: NodeLimits | None) -> tuple[float | None, str]:
+    rate = limits.copy("h2d", "pinned") if limits else None
+    return (rate.gb_s, f"storage: {rate.source}") if rate else (None, "")
 
 
 def _h2d_rate(ok: Any) -> tuple[float | None, str]:
@@ -91,11 +88,16 @@ def _h2d_rate(ok: Any) -> tuple[float | None, str]:
 
 def _expected(ok: Any, root: Path) -> list[dict[str, Any]]:
     """Per experiment: the CRIU restore from disk against image / disk rate + GPU bytes / host-to-GPU rate."""
-    disk_campaign, disk_source = _disk_rate(root)
-    h2d_campaign, h2d_source = _h2d_rate(ok)
+    limits = node_limits(root)
+    h2d_restores, h2d_restores_source = _h2d_rate(ok)
     out = []
     criu = ok[(ok["mode"] == "criu") & _num(ok, "restore_dropped_s").notna()]
     for experiment, group in criu.groupby("experiment", sort=False):
+        host = limits.get(str(group["host"].iloc[0])) if "host" in group.columns else None
+        disk_campaign, disk_source = _disk_rate(host)
+        h2d_campaign, h2d_source = _copy_rate(host)
+        if h2d_campaign is None:
+            h2d_campaign, h2d_source = h2d_restores, h2d_restores_source
         in_ram = str(group["images_fs"].iloc[0]) in ("tmpfs", "ramfs")
         disk = _median(group, "disk_read_gb_s") or disk_campaign
         h2d = _median(group, "h2d_gb_s") or h2d_campaign

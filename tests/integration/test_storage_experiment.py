@@ -1,5 +1,7 @@
 """The ``storage`` kind end to end on the local inventory: real fio, the fio role's ``run`` entry
-point through ansible-runner, the JSON fetched and parsed into ``storage.csv``.
+point through ansible-runner, the JSON fetched and parsed into ``storage.csv``; and the
+``h2d_copy`` mode, skipped with its reason on this machine without a GPU, and run over the FAKE
+libcuda of tests/nodetools/fake_libcuda.c.
 
 fio must be installed on this machine (``apt-get install fio``; scripts/test-roles.sh installs
 it). Without it the trials are skipped by design, and the test checks that instead.
@@ -15,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from nodetools import h2d_copy
 from runner.cli import main
 from runner.experiments import KINDS, storage
+from runner.experiments.limits import node_limits
+from tests.nodetools.fake_cuda import compile_fake
 
 pytestmark = pytest.mark.integration
 
@@ -112,3 +117,68 @@ def test_without_fio_the_trials_are_skipped_with_the_reason(write_campaign: Call
     summary = _read_csv(results / "summary.csv")
     assert {r["status"] for r in summary.values()} == {"skipped"}
     assert all(r["reason"].startswith("fio is not installed on localhost") for r in summary.values())
+
+
+def _h2d_campaign(tmp_path: Path) -> str:
+    return f"""\
+name: storage-h2d
+inventory: inventory
+remote_dir: {tmp_path / "remote"}
+experiments:
+  - kind: storage
+    modes:
+      h2d_copy: {{size_mib: 8, repeats: 3, gpu: 0}}
+    repeats: 2
+    timeout_s: 120
+"""
+
+
+@pytest.mark.skipif(h2d_copy.probe()["usable"], reason="this machine has an NVIDIA GPU: the skip path cannot run")
+def test_h2d_copy_without_a_gpu_is_a_skipped_row_with_the_reason(write_campaign: Callable[[str], Path],
+                                                                 tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    assert main([str(write_campaign(_h2d_campaign(tmp_path))), "--quiet", "--results", str(results)]) == 3
+    summary = list(csv.DictReader((results / "summary.csv").open()))
+    assert [r["status"] for r in summary] == ["skipped", "skipped"]
+    why = h2d_copy.probe()["why"]
+    assert all(r["reason"] == f"localhost: {why}" for r in summary) and why.startswith("no NVIDIA")
+    rows = list(csv.DictReader((results / "storage.csv").open()))
+    assert [(r["status"], r["gb_s"], r["direction"]) for r in rows] == [("skipped", "", ""), ("skipped", "", "")]
+    report = (results / "report.md").read_text()
+    assert "_no h2d_copy trial finished ok_" in report
+    assert f"- localhost h2d_copy r1: skipped: localhost: {why}" in report
+
+
+def test_h2d_copy_over_the_fake_driver_measures_parses_and_reports(write_campaign: Callable[[str], Path],
+                                                                   tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # The FAKE libcuda (tests/nodetools/fake_libcuda.c): its "GPU memory" is host memory, so this
+    # proves the path (probe, copies, fetch, parse, rows, report), not a rate.
+    monkeypatch.setenv("H2D_COPY_LIBCUDA", str(compile_fake(tmp_path, "fake_libcuda.so")))
+    results = tmp_path / "results"
+    assert main([str(write_campaign(_h2d_campaign(tmp_path))), "--quiet", "--results", str(results)]) == 0
+
+    rows = list(csv.DictReader((results / "storage.csv").open()))
+    assert [(r["repeat"], r["direction"], r["memory"]) for r in rows] == [
+        (rep, d, m) for rep in ("1", "2") for m in ("pinned", "pageable") for d in ("h2d", "d2h")]
+    for row in rows:
+        assert row["status"] == "ok" and float(row["gb_s"]) > 0 and float(row["gb_s_max"]) >= float(row["gb_s"])
+        assert (row["size"], row["copy_repeats"], row["gpu"], row["pci_bus_id"]) == ("8M", "3", "0", "0000:F0:00.0")
+        assert row["gpu_name"] == "FAKE GPU 0 (tests/nodetools/fake_libcuda.c)"
+        assert float(row["bw_bytes"]) == pytest.approx(8 * 2**20 / float(row["seconds_median"]), rel=1e-3)
+    trial = results / "trials" / "storage.h2d_copy.r1@localhost"
+    raw = json.loads((trial / "raw" / "localhost" / "h2d_copy.json").read_text())
+    assert raw["verified"] is True and raw["size_bytes"] == 8 * 2**20 and len(raw["copies"]) == 4
+    record = json.loads((trial / "trial.json").read_text())
+    assert record["resources"]["gpus"] == [0] and record["resources"]["exclusive"] is True
+    assert record["metrics"]["h2d_pinned_gb_s"] == raw["copies"][0]["gb_s"]
+
+    report = (results / "report.md").read_text()
+    assert "## Storage (fio) and host-GPU copies" in report and "### Host-GPU copies (`h2d_copy`)" in report
+    assert "| localhost | 0: FAKE GPU 0 (tests/nodetools/fake_libcuda.c) (0000:F0:00.0) | h2d (host → GPU) | pinned |" \
+        in report
+    # What other kinds' reports compare against: the median of the two trials' pinned H2D rates.
+    limits = node_limits(results)["localhost"]
+    pinned = sorted(float(r["gb_s"]) for r in rows if (r["direction"], r["memory"]) == ("h2d", "pinned"))
+    assert limits.copy("h2d", "pinned") is not None
+    assert limits.copy("h2d", "pinned").gb_s == pytest.approx(sum(pinned) / 2, abs=1e-3)

@@ -1,11 +1,12 @@
 """The FAKE libcuda of the cuda-checkpoint tests (fake_libcuda.c, compiled with the machine's C compiler)
-and how to run nodetools/cuda_checkpoint_api.py over it."""
+and how to run nodetools/cuda_checkpoint_api.py, and nodetools/h2d_copy.py, over it."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,10 @@ class Fake:
 
     def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return run_tool(*args, env={**self.env, **env})
+
+
+def run_h2d_copy(lib: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m nodetools.h2d_copy ARGS`` over the FAKE libcuda ``lib`` (``env``: its FAKE_LIBCUDA_* knobs)."""
+    return subprocess.run([sys.executable, "-m", "nodetools.h2d_copy", *args], capture_output=True, text=True,
+                          check=False, timeout=120, cwd=REPO,
+                          env={**os.environ, "H2D_COPY_LIBCUDA": str(lib), **env})

@@ -10,6 +10,16 @@
  *   FAKE_LIBCUDA_FAIL   NAME:PID  makes that call on that pid return CUDA_ERROR_OUT_OF_MEMORY
  *
  * Built with -DFAKE_OLD_DRIVER it exports only cuInit and cuDriverGetVersion (a driver before 570).
+ *
+ * For nodetools/h2d_copy.py it also exports the device, context, memory and copy calls of the driver
+ * API: FAKE GPUs whose "device memory" is host memory (malloc), so a copy is a memcpy, and the log gets
+ * one line per allocation and copy (which host buffer, pinned or pageable, and how many bytes):
+ *
+ *   FAKE_LIBCUDA_GPUS       how many FAKE GPUs (default 1)
+ *   FAKE_LIBCUDA_MEM_MIB    each one's memory in MiB (default 1024)
+ *   FAKE_LIBCUDA_NO_DEVICE  set: cuInit returns CUDA_ERROR_NO_DEVICE, as the driver does without a GPU
+ *   FAKE_LIBCUDA_CORRUPT    set: every host-to-device copy changes one byte (a broken copy path)
+ *   FAKE_LIBCUDA_FAIL       also NAME:ORDINAL for cuMemAlloc_v2 and cuMemHostAlloc (the current GPU)
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -22,6 +32,7 @@ typedef uint64_t cuuint64_t;
 
 enum { CUDA_SUCCESS = 0, CUDA_ERROR_OUT_OF_MEMORY = 2, CUDA_ERROR_NOT_INITIALIZED = 3,
        CUDA_ERROR_ILLEGAL_STATE = 401 };
+enum { CUDA_ERROR_NO_DEVICE = 100, CUDA_ERROR_INVALID_DEVICE = 101, CUDA_ERROR_INVALID_CONTEXT = 201 };
 enum { RUNNING = 0, LOCKED = 1, CHECKPOINTED = 2, FAILED = 3 };
 
 typedef struct { unsigned int timeoutMs; unsigned int reserved0; cuuint64_t reserved1[7]; } CUcheckpointLockArgs;
@@ -47,6 +58,7 @@ static void logf_(const char *fmt, ...) {
 
 CUresult cuInit(unsigned int flags) {
     logf_("cuInit flags=%u", flags);
+    if (getenv("FAKE_LIBCUDA_NO_DEVICE")) return CUDA_ERROR_NO_DEVICE;
     initialised = 1;
     return CUDA_SUCCESS;
 }
@@ -65,6 +77,9 @@ CUresult cuGetErrorName(CUresult error, const char **str) {
     case CUDA_ERROR_OUT_OF_MEMORY: *str = "CUDA_ERROR_OUT_OF_MEMORY"; return CUDA_SUCCESS;
     case CUDA_ERROR_NOT_INITIALIZED: *str = "CUDA_ERROR_NOT_INITIALIZED"; return CUDA_SUCCESS;
     case CUDA_ERROR_ILLEGAL_STATE: *str = "CUDA_ERROR_ILLEGAL_STATE"; return CUDA_SUCCESS;
+    case CUDA_ERROR_NO_DEVICE: *str = "CUDA_ERROR_NO_DEVICE"; return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_DEVICE: *str = "CUDA_ERROR_INVALID_DEVICE"; return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_CONTEXT: *str = "CUDA_ERROR_INVALID_CONTEXT"; return CUDA_SUCCESS;
     default: return 1;
     }
 }
@@ -74,6 +89,9 @@ CUresult cuGetErrorString(CUresult error, const char **str) {
     case CUDA_ERROR_OUT_OF_MEMORY: *str = "out of memory"; return CUDA_SUCCESS;
     case CUDA_ERROR_NOT_INITIALIZED: *str = "initialization error"; return CUDA_SUCCESS;
     case CUDA_ERROR_ILLEGAL_STATE: *str = "the operation cannot be performed in the present state"; return CUDA_SUCCESS;
+    case CUDA_ERROR_NO_DEVICE: *str = "no CUDA-capable device is detected"; return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_DEVICE: *str = "invalid device ordinal"; return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_CONTEXT: *str = "invalid device context"; return CUDA_SUCCESS;
     default: return 1;
     }
 }
@@ -167,6 +185,134 @@ CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
     if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
     if (get_state(pid) < 0) return CUDA_ERROR_NOT_INITIALIZED;
     *tid = pid + 1;
+    return CUDA_SUCCESS;
+}
+
+/* --- FAKE GPUs for nodetools/h2d_copy.py: "device memory" is host memory, a copy is a memcpy --- */
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+
+static int current_device = -1; /* the GPU whose primary context is current; -1: none */
+static struct { void *ptr; size_t size; } pinned[16];
+
+static int fake_gpus(void) {
+    const char *n = getenv("FAKE_LIBCUDA_GPUS");
+    return n ? atoi(n) : 1;
+}
+
+static size_t fake_mem_bytes(void) {
+    const char *n = getenv("FAKE_LIBCUDA_MEM_MIB");
+    return (size_t)(n ? atol(n) : 1024) << 20;
+}
+
+static const char *host_kind(const void *p) {
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
+        if (pinned[i].ptr && (const char *)p >= (const char *)pinned[i].ptr
+            && (const char *)p < (const char *)pinned[i].ptr + pinned[i].size)
+            return "pinned";
+    return "pageable";
+}
+
+CUresult cuDeviceGetCount(int *count) {
+    if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    *count = fake_gpus();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (ordinal < 0 || ordinal >= fake_gpus()) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
+    snprintf(name, (size_t)len, "FAKE GPU %d (tests/nodetools/fake_libcuda.c)", device);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetPCIBusId(char *bus, int len, CUdevice device) {
+    snprintf(bus, (size_t)len, "0000:%02X:00.0", 0xF0 + device);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice device) {
+    (void)device;
+    *bytes = fake_mem_bytes();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
+    logf_("cuDevicePrimaryCtxRetain device=%d", device);
+    *context = (CUcontext)(size_t)(device + 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+    logf_("cuDevicePrimaryCtxRelease_v2 device=%d", device);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext context) {
+    current_device = context ? (int)(size_t)context - 1 : -1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void) {
+    return current_device < 0 ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+    logf_("cuMemAlloc_v2 bytes=%zu", bytes);
+    if (current_device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (injected("cuMemAlloc_v2", current_device) || bytes > fake_mem_bytes()) return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = malloc(bytes);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    *ptr = (CUdeviceptr)(size_t)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr ptr) {
+    logf_("cuMemFree_v2");
+    free((void *)(size_t)ptr);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostAlloc(void **ptr, size_t bytes, unsigned int flags) {
+    logf_("cuMemHostAlloc bytes=%zu flags=%u", bytes, flags);
+    if (current_device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (injected("cuMemHostAlloc", current_device)) return CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
+        if (pinned[i].ptr) continue;
+        if (!(*ptr = malloc(bytes))) return CUDA_ERROR_OUT_OF_MEMORY;
+        pinned[i].ptr = *ptr;
+        pinned[i].size = bytes;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuMemFreeHost(void *ptr) {
+    logf_("cuMemFreeHost");
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
+        if (pinned[i].ptr == ptr) pinned[i].ptr = NULL;
+    free(ptr);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+    logf_("cuMemcpyHtoD_v2 host=%s bytes=%zu", host_kind(src), bytes);
+    if (current_device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    memcpy((void *)(size_t)dst, src, bytes);
+    if (getenv("FAKE_LIBCUDA_CORRUPT") && bytes) ((unsigned char *)(size_t)dst)[bytes / 2] ^= 0xFF;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
+    logf_("cuMemcpyDtoH_v2 host=%s bytes=%zu", host_kind(dst), bytes);
+    if (current_device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    memcpy(dst, (const void *)(size_t)src, bytes);
     return CUDA_SUCCESS;
 }
 #endif

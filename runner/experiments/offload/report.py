@@ -1,13 +1,16 @@
 """The offload kind's tables: ``offload.csv`` (one row per trial), ``offload_turns.csv`` (per trial
-and turn) and the report section with its charts, per-turn medians, transfers and sizing."""
+and turn) and the report section with its charts, per-turn medians, transfers (beside the node's
+measured copy and disk read rates, where the results folder has ``storage`` trials) and sizing."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from runner.errors import ParseError
+from runner.experiments.limits import NodeLimits, node_limits, transfer_limit
 from runner.files import atomic_write_text
 from runner.markdown import markdown_table
 
@@ -82,6 +85,57 @@ def _transfers(shown: Any) -> str:
             + markdown_table(table))
 
 
+_TRANSFER_RATE = re.compile(r"^kv_(\w+?)_to_(\w+)_gb_s$")
+
+
+def _limits_line(limits: NodeLimits) -> str:
+    parts = []
+    shown = ((("h2d", "pinned"), "host → GPU pinned"), (("d2h", "pinned"), "GPU → host pinned"),
+             (("h2d", "pageable"), "host → GPU pageable"))
+    for (direction, memory), words in shown:
+        rate = limits.copy(direction, memory)
+        parts.append(f"{words} {rate.gb_s:.2f} GB/s" if rate else f"{words} not measured")
+    disk = limits.disk_read()
+    parts.append(f"disk read {disk.gb_s:.2f} GB/s ({disk.source})" if disk else "disk read not measured")
+    why = "; ".join(f"{mode} {reason}" for mode, reason in sorted(limits.not_measured.items()))
+    return f"- {limits.host}: {', '.join(parts)}" + (f" (not measured: {why})" if why else "")
+
+
+def _against_limits(shown: Any, root: Path) -> str:
+    """Each mode's achieved KV transfer rate (median over its repeats) beside the node's measured
+    limit for that kind of transfer, per host that has storage trials in this results folder."""
+    import pandas as pd  # noqa: PLC0415 - only when a report is built
+
+    limits = node_limits(root)
+    hosts = [h for h in dict.fromkeys(shown["host"]) if h in limits]
+    if not hosts:
+        return ""
+    lines = ["\nThe node's measured limits (the `storage` trials of this results folder: `h2d_copy` for copies, "
+             "fio for the disk; decimal GB/s, medians over the ok trials):\n",
+             *(_limits_line(limits[h]) for h in hosts), ""]
+    rows = []
+    cols = [c for c in shown.columns if _TRANSFER_RATE.match(c)]
+    for host in hosts:
+        for mode, group in shown[shown["host"] == host].groupby("mode", sort=False):
+            for col in sorted(cols):
+                achieved = pd.to_numeric(group[col], errors="coerce").dropna()
+                if not len(achieved):
+                    continue
+                m = _TRANSFER_RATE.match(col)
+                assert m is not None
+                rate, bound = transfer_limit(limits[host], m[1], m[2])
+                value = round(float(achieved.median()), 2)
+                rows.append({"host": host, "mode": mode, "transfer": f"{m[1]} → {m[2]}", "achieved_gb_s": value,
+                             "limit_gb_s": rate.gb_s if rate else None, "limit": bound,
+                             "achieved_pct_of_limit": round(100 * value / rate.gb_s, 1) if rate else None})
+    if rows:
+        lines.append("Each tier's achieved KV transfer rate (median over the repeats) against that limit:\n")
+        lines.append(markdown_table(pd.DataFrame(rows)))
+    else:
+        lines.append("The engine counted no KV transfer bytes (the stand-in counts tokens): nothing to compare.\n")
+    return "\n".join(lines)
+
+
 def section(frame: Any, root: Path) -> str:
     import pandas as pd  # noqa: PLC0415 - pandas costs ~1 s: only when a report is built, never for --plan
 
@@ -110,6 +164,8 @@ def section(frame: Any, root: Path) -> str:
             lines.append(_per_turn_medians(turns))
         if transfers := _transfers(shown):
             lines.append(transfers)
+        if against := _against_limits(shown, root):
+            lines.append(against)
         notes = shown.dropna(subset=["tier_note"]) if "tier_note" in shown else shown.iloc[0:0]
         if len(notes):
             lines.append("\nWorking set per trial:\n")

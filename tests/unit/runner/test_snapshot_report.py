@@ -136,3 +136,28 @@ def test_the_section_puts_the_restore_against_the_nodes_rates_and_every_path_sid
                  "| CRIU restore from disk, page cache dropped | gmu015 | 19.43 | 1 |",
                  "| CRIU restore, image in page cache | gmu015 | 8.4 | 1 |"):
         assert line in report, line
+
+
+def test_the_rates_come_from_the_hosts_storage_trials_when_the_mode_names_none(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    records = [
+        record("limits.h2d_copy.r1@h200", "storage", "h2d_copy", {"h2d_pinned_gb_s": 55.0, "gpu": 0,
+                                                                  "gpu_name": "NVIDIA H200", "pci_bus_id": "0:19"}),
+        record("limits.buffered_read.r1@h200", "storage", "buffered_read", {"gb_s": 1.75},
+               {"target": "/opt/fio"}),
+        record("gmu015.criu.r1@h200", "snapshot", "criu",
+               {"first_token_s": 39.61, "dump_s": 22.92, "image_gib": 22.4, "gpu_gib": 21.722, "images_fs": "ext4",
+                "restore_s": 19.09, "restore_dropped_s": 19.09, "restore_dropped_to_first_token_s": 19.43,
+                "restore_to_first_token_s": 19.43, "lazy_pages": False}),
+    ]
+    for rec in records:
+        (root / "trials" / rec["id"]).mkdir(parents=True)
+        (root / "trials" / rec["id"] / "trial.json").write_text(json.dumps(rec))
+    plan = [{k: v for k, v in r.items() if k not in ("status", "reason", "metrics", "duration_s", "engine_label")}
+            for r in records]
+    (root / "plan.json").write_text(json.dumps({"campaign": "borrowed-h200-snapshot", "trials": plan}))
+    _, report_path = build_report(root)
+    line = next(li for li in report_path.read_text().splitlines() if li.startswith("| gmu015 | 22.4 | 21.722 |"))
+    # 22.4 GiB / 1.75 GB/s + 21.722 GiB / 55 GB/s = 13.74 + 0.42 s
+    assert "| 1.75 | storage: fio buffered_read /opt/fio |" in line, line
+    assert "| 55.0 | storage: h2d_copy h2d pinned, GPU 0 NVIDIA H200 (0:19) | 14.17 | 19.09 | 1.35 |" in line, line
