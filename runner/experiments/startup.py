@@ -18,11 +18,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, computed_field
 
-from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
 from runner.markdown import markdown_table
 from runner.parse.startup_timeline import PHASE_NAMES, timeline
-from runner.parse.vllm_log import parse_log_file
+from runner.parse.vllm_log import parse_log_if_any
 
 __all__ = ["KIND", "PHASE_COLUMNS", "RECIPES", "before_start"]
 
@@ -83,14 +82,7 @@ def _raw(ctx: TrialContext) -> Path:
 
 
 def _parsed_log(raw: Path) -> dict[str, Any]:
-
-    path = raw / "server.log"
-    if not path.is_file():
-        return {}
-    try:
-        return parse_log_file(path)
-    except ParseError:
-        return {}
+    return parse_log_if_any(raw / "server.log")
 
 
 PHASE_COLUMNS = PHASE_NAMES

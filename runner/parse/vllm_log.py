@@ -141,6 +141,7 @@ __all__ = [
     "MAX_ITEMS",
     "MAX_PROCESSES",
     "parse_log_file",
+    "parse_log_if_any",
     "parse_log_text",
 ]
 
@@ -1295,3 +1296,14 @@ def parse_log_file(path: Path) -> dict[str, Any]:
                 lines = _LineChunks(unzipped, source, limit=_gunzip_limit(), gzipped=True, binary_check=True)
                 return _parse_stream(lines, source, check_empty=True)
         return _parse_stream(_LineChunks(raw, source, binary_check=True), source, check_empty=True)
+
+
+def parse_log_if_any(path: Path) -> dict[str, Any]:
+    """:func:`parse_log_file`, or ``{}`` when there is no such file or it is not a vLLM log (a trial
+    whose engine never started still has a row: its metrics are just absent)."""
+    if not Path(path).is_file():
+        return {}
+    try:
+        return parse_log_file(path)
+    except ParseError:
+        return {}

@@ -23,7 +23,7 @@ from runner.experiments.offload.params import WorkloadParams
 from runner.experiments.offload.setup import weights_label
 from runner.experiments.offload.sizing import GIB, host_tier_tokens, sizes_note, stated_host_tokens, working_set
 from runner.parse.metrics import parse_metrics_text, prefix_cache_run_rates
-from runner.parse.vllm_log import parse_log_file, parse_log_text
+from runner.parse.vllm_log import parse_log_if_any, parse_log_text
 
 __all__ = ["collect", "diagnose", "kv_transfers"]
 
@@ -37,15 +37,6 @@ def copy_logs(raw: Path) -> list[Path]:
     """Copy 0's server.log, then the other copies' ``server.c<i>.log``, in order."""
     extra = sorted(raw.glob("server.c*.log"), key=lambda p: int(p.name.split(".")[1][1:]))
     return [raw / "server.log", *extra]
-
-
-def _parsed_log(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        return parse_log_file(path)
-    except ParseError:
-        return {}
 
 
 def _load_window(path: Path, offsets: Mapping[str, Any]) -> str:
@@ -234,7 +225,7 @@ def collect(ctx: TrialContext) -> dict[str, Any]:
     raw = _raw(ctx)
     run = json.loads((raw / "run.json").read_text())
     metrics = _load_figures(raw)
-    logs = [_parsed_log(p) for p in copy_logs(raw)]
+    logs = [parse_log_if_any(p) for p in copy_logs(raw)]
     offsets = run.get("log_offsets") or [{}]
     metrics.update(_log_hit_rates(raw / "server.log", offsets[0].get("load_end")))
     pairs = _metric_pairs(raw)
@@ -281,7 +272,7 @@ def diagnose(ctx: TrialContext) -> str:
         errors = _first_request_error(raw / "requests.jsonl")
         if errors:
             parts.append(f"first request error: {errors}")
-    labels = sorted({e for p in copy_logs(raw) for e in _parsed_log(p).get("errors") or ()})
+    labels = sorted({e for p in copy_logs(raw) for e in parse_log_if_any(p).get("errors") or ()})
     if labels:
         parts.append(f"engine errors: {', '.join(labels)}")
     dmesg = raw / "dmesg.txt"
