@@ -9,8 +9,8 @@ import contextlib
 import shutil
 import subprocess
 
-__all__ = ["NO_NVIDIA_SMI", "compute_app_pids", "driver_major", "memory_total_mib", "memory_used_by_index",
-           "memory_used_mib", "persistence_off", "query"]
+__all__ = ["NO_NVIDIA_SMI", "compute_app_pids", "driver_major", "gpu_list", "memory_total_mib",
+           "memory_used_by_index", "memory_used_mib", "persistence_off", "query"]
 
 NO_NVIDIA_SMI = "nvidia-smi is not on this node"
 
@@ -77,3 +77,11 @@ def compute_app_pids(timeout: float = 60) -> list[int]:
         with contextlib.suppress(ValueError):
             pids.append(int(word))
     return pids
+
+
+def gpu_list(text: str, prog: str) -> list[int]:
+    """``--gpus 0,1`` as indices; ``ValueError`` with the one-line message a tool prints otherwise."""
+    try:
+        return [int(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        raise ValueError(f"{prog}: --gpus {text!r} is not a comma-separated list of GPU indices") from None

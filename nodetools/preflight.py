@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from nodetools import exitcodes
-from nodetools.gpu import NO_NVIDIA_SMI, memory_used_by_index
+from nodetools.gpu import NO_NVIDIA_SMI, gpu_list, memory_used_by_index
 from nodetools.proc import port_open
 
 __all__ = ["check", "main"]
@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docker-module", default="")
     args = p.parse_args(argv)
     try:
-        gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
-    except ValueError:
-        sys.stderr.write(f"preflight: --gpus {args.gpus!r} is not a comma-separated list of GPU indices\n")
+        gpus = gpu_list(args.gpus, "preflight")
+    except ValueError as exc:
+        sys.stderr.write(f"{exc}\n")
         return exitcodes.BAD_INPUT
     reasons = check(args.port, gpus, args.max_gpu_used_mib, args.exists, args.python, args.python_module,
                     args.docker_image, args.docker_module)

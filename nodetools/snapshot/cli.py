@@ -17,6 +17,7 @@ from pathlib import Path
 
 from nodetools import exitcodes
 from nodetools.coldstart import add_claim_options
+from nodetools.gpu import gpu_list
 from nodetools.lease import PortBusy, claim, default_trial
 from nodetools.proc import interrupt_on_term, write_json_atomic
 from nodetools.snapshot.criu_mode import CriuRun
@@ -75,9 +76,9 @@ def _main_gates(argv: list[str]) -> int:
                    help="share of each GPU's memory the engine takes (vLLM's --gpu-memory-utilization)")
     a = p.parse_args(argv)
     try:
-        gpus = [int(g) for g in a.gpus.split(",") if g.strip()]
-    except ValueError:
-        sys.stderr.write(f"snapshot gates: --gpus {a.gpus!r} is not a comma-separated list of GPU indices\n")
+        gpus = gpu_list(a.gpus, "snapshot gates")
+    except ValueError as exc:
+        sys.stderr.write(f"{exc}\n")
         return exitcodes.BAD_INPUT
     try:
         launch = json.loads(a.launch_json) if a.launch_json else None
