@@ -1,11 +1,14 @@
-"""A campaign across two real SSH hosts through real ansible-runner: lost host, resume, Ctrl-C."""
+"""A campaign across two real SSH hosts through real ansible-runner: lost host, resume, Ctrl-C, and
+what an engine trial's collect phase brings back, over SSH and on a local connection."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.cli import main
 from tests.support.sshd_hosts import SshHostSet
 
 pytestmark = pytest.mark.integration
@@ -142,3 +146,57 @@ def test_sigint_cancels_running_phases_and_loses_nothing(ssh_inventory: Path, tm
     assert set(second) == {f"selftest.sleep.r{i}@h{h}" for i in (1, 2) for h in (1, 2)}
     assert {r["status"] for r in second.values()} == {"ok"}
     assert second["selftest.sleep.r1@h1"]["started"] == first["selftest.sleep.r1@h1"]["started"]
+
+
+def engine_campaign(tmp_path: Path, inventory: Path, host: str) -> Path:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "engine.yaml"
+    path.write_text(f"""\
+name: collect-drill
+inventory: {inventory}
+hosts: {host}
+remote_dir: {tmp_path / 'remote'}
+engine:
+  kind: stand-in
+  model: {tmp_path / 'model'}
+  standin_model_mib: 64
+  served_model_name: standin
+  port: {port}
+  cache_root: {tmp_path / 'cache'}
+  args: {{max-model-len: 8192}}
+  env: {{STANDIN_COMPILE_MISS_S: "0.2", STANDIN_JIT_MISS_S: "0.1", STANDIN_GRAPH_CAPTURE_S: "0.1"}}
+experiments:
+  - kind: startup
+    modes: [disk_cold, runai_streamer]
+    timeout_s: 180
+""")
+    return path
+
+
+@pytest.mark.parametrize("transport", ["ssh", "local"])
+def test_collect_brings_back_exactly_the_files_the_trial_wrote(
+        transport: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    if transport == "ssh":
+        inventory, host = request.getfixturevalue("ssh_inventory"), "h1"
+    else:
+        inventory, host = tmp_path / "inventory" / "hosts.yml", "localhost"
+        inventory.parent.mkdir()
+        shutil.copy(REPO / "inventory/local/hosts.yml", inventory)
+    results = tmp_path / "results"
+    assert main([str(engine_campaign(tmp_path, inventory, host)), "--quiet", "--results", str(results)]) == 0
+    trial = results / "trials" / f"startup.disk_cold.r1@{host}"
+    raw = trial / "raw" / host
+    # The node's copy and the fetched one are the same bytes; preload.log was never written, so
+    # nothing was fetched for it (no stat and slurp of a missing file).
+    assert {p.name for p in raw.iterdir()} == {"server.log", "timings.json", "launch.json", "facts_after.json"}
+    node_dir = tmp_path / "remote" / "collect-drill" / host / f"startup.disk_cold.r1@{host}"
+    for name in ("server.log", "timings.json", "launch.json"):
+        assert (raw / name).read_bytes() == (node_dir / name).read_bytes(), name
+    assert "preload.log" not in (trial / "ansible/artifacts/collect/stdout").read_text()
+    facts = json.loads((raw / "facts_after.json").read_text())
+    assert isinstance(facts, dict) and facts
+    skipped = json.loads((results / "trials" / f"startup.runai_streamer.r1@{host}" / "trial.json").read_text())
+    assert skipped["status"] == "skipped"
+    assert skipped["reason"].startswith("the stand-in does not model --load-format runai_streamer")
