@@ -6,6 +6,8 @@ timeout or a cancel is returned as data (``PhaseResult`` with ``Failure`` record
 
 from __future__ import annotations
 
+import configparser
+import contextlib
 import json
 import logging
 import os
@@ -135,6 +137,20 @@ def write_extravars(private_data_dir: Path, extravars: dict[str, Any]) -> Path:
     return path
 
 
+def host_key_checking(project_dir: Path) -> str:
+    """The host-key rule the run must keep: the environment's ``ANSIBLE_HOST_KEY_CHECKING``, else
+    ``host_key_checking`` of the project's ansible.cfg, else Ansible's default (check).
+
+    ansible-runner sets ``ANSIBLE_HOST_KEY_CHECKING=False`` whenever the environment lacks it,
+    which would silently override ansible.cfg and trust any host key: the runner passes it always."""
+    if os.environ.get("ANSIBLE_HOST_KEY_CHECKING"):
+        return os.environ["ANSIBLE_HOST_KEY_CHECKING"]
+    cfg = configparser.ConfigParser(interpolation=None)
+    with contextlib.suppress(OSError, configparser.Error):
+        cfg.read(project_dir / "ansible.cfg")
+    return cfg.get("defaults", "host_key_checking", fallback="True").strip() or "True"
+
+
 def _envvars(project_dir: Path, lease: str = "") -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
@@ -143,7 +159,7 @@ def _envvars(project_dir: Path, lease: str = "") -> dict[str, str]:
     pythonpath = [str(project_dir), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
     return {"PATH": path if path.split(os.pathsep)[:1] == [bindir] else f"{bindir}{os.pathsep}{path}",
             "PYTHONPATH": os.pathsep.join(dict.fromkeys(pythonpath)),
-            LEASE_VARIABLE: lease}
+            LEASE_VARIABLE: lease, "ANSIBLE_HOST_KEY_CHECKING": host_key_checking(project_dir)}
 
 
 def run_phase(
