@@ -68,7 +68,7 @@ from nodetools.proc import (
 )
 from nodetools.procwatch import GroupWatcher, clock_sample
 from nodetools.reap import reap
-from nodetools.startprep import PREPARED, prepare
+from nodetools.startprep import PREPARED, drop_scope, prepare
 
 __all__ = ["Timer", "add_claim_options", "cleanup", "first_token", "main", "post", "write_json_atomic"]
 
@@ -294,8 +294,10 @@ def _main_prepare(argv: list[str]) -> int:
     p.add_argument("--fresh-cache", default="")
     p.add_argument("--empty-cache", action="store_true", help="empty the launch's (persistent) cache folders first")
     p.add_argument("--page-cache", choices=("drop", "warm", "keep"), default="keep")
-    p.add_argument("--drop-scope", choices=("global", "files"), default="global",
-                   help="drop: the whole page cache (the node is the campaign's) or only the model's files")
+    p.add_argument("--drop-scope", choices=("auto", "global", "files"), default="global",
+                   help="drop: the whole page cache (the node is the campaign's) or only the model's files; "
+                        "auto: files for the stand-in, global for a real engine")
+    p.add_argument("--engine-kind", default="", help="with --drop-scope auto: the engine's kind (stand-in, vllm)")
     p.add_argument("--model", default="")
     p.add_argument("--engine-python", default="", help="the Python that runs the engine (for its bytecode)")
     p.add_argument("--bytecode-packages", default="", help="comma-separated packages whose .pyc to count")
@@ -308,7 +310,7 @@ def _main_prepare(argv: list[str]) -> int:
     packages = tuple(name.strip() for name in args.bytecode_packages.split(",") if name.strip())
     try:
         changed, before = prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model, args.empty_cache,
-                                  args.engine_python, packages, args.drop_scope)
+                                  args.engine_python, packages, drop_scope(args.drop_scope, args.engine_kind))
     except ValueError as exc:
         print(f"coldstart prepare: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT

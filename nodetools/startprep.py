@@ -18,7 +18,7 @@ from nodetools.pagecache import drop, evict, warm
 from nodetools.proc import write_json_atomic
 from nodetools.startstate import bytecode_state, cache_state
 
-__all__ = ["PREPARED", "prepare"]
+__all__ = ["PREPARED", "drop_scope", "prepare"]
 
 PREPARED = "prepare.json"  # what the start begins from, written by prepare, copied into timings.json
 
@@ -33,6 +33,15 @@ def _empty_folder(folder: Path) -> bool:
     shutil.rmtree(folder)
     folder.mkdir(parents=True)
     return True
+
+
+def drop_scope(asked: str, engine_kind: str) -> str:
+    """``auto``: a rehearsal (the stand-in, often on a shared machine) evicts only its model's files;
+    a real engine's node is the campaign's alone, so the whole page cache goes, as the reference
+    campaign dropped it."""
+    if asked != "auto":
+        return asked
+    return "files" if engine_kind == "stand-in" else "global"
 
 
 def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache: str, model: str,

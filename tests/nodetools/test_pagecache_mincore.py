@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodetools import pagecache
+from nodetools import pagecache, startprep
 
 
 def evict(path: Path) -> None:
@@ -58,3 +58,9 @@ def test_evict_from_the_command_line_prints_json(tmp_path: Path, capsys: pytest.
     out = json.loads(capsys.readouterr().out)
     assert out["files"] == 1 and out["resident_after"] < 0.5
     assert pagecache.main(["evict"]) == 2  # no path: bad input
+
+
+def test_auto_drop_scope_is_polite_for_the_stand_in_and_global_for_a_real_engine() -> None:
+    assert startprep.drop_scope("auto", "stand-in") == "files"
+    assert startprep.drop_scope("auto", "vllm") == "global"
+    assert startprep.drop_scope("global", "stand-in") == "global" and startprep.drop_scope("files", "vllm") == "files"
