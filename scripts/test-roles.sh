@@ -78,17 +78,20 @@ scenarios() {
 cleanup() {
   local rc=$? dir
   trap - EXIT INT TERM
-  if [ -n "${bg_pid:-}" ] && kill -0 "$bg_pid" 2>/dev/null; then
-    rt_log "stopping the background scenarios"
-    kill -TERM -- "-$bg_pid" 2>/dev/null || true
-  fi
+  local lane_pid
+  for lane_pid in ${bg_pid:-} ${lane_pids[@]+"${lane_pids[@]}"}; do
+    if kill -0 "$lane_pid" 2>/dev/null; then
+      rt_log "stopping the background scenarios"
+      kill -TERM -- "-$lane_pid" 2>/dev/null || true
+    fi
+  done
   if [ -n "${RT_RUN:-}" ] && [ -f "$RT_RUN/scenario.pids" ]; then
     while read -r pid; do
       kill -TERM -- "-$pid" 2>/dev/null || true
     done < "$RT_RUN/scenario.pids"
     sleep 1
   fi
-  [ -n "${bg_pid:-}" ] && wait "$bg_pid" 2>/dev/null || true
+  for lane_pid in ${bg_pid:-} ${lane_pids[@]+"${lane_pids[@]}"}; do wait "$lane_pid" 2>/dev/null || true; done
   if [ -n "${RT_RUN:-}" ] && [ -d "$RT_RUN" ]; then
     rt_log "stopping what this run started"
     for dir in "$RT_RUN"/vms/*/; do
@@ -214,8 +217,50 @@ if [ "${RT_PARALLEL:-1}" = 1 ] && [ ${#vm_todo[@]} -gt 0 ] && [ ${#ct_todo[@]} -
   set +m
   vm_todo=()
 fi
-for item in "${ct_todo[@]}" "${vm_todo[@]}"; do
+# The container scenarios in RT_LANES lanes (default 2): most of a scenario is Ansible and ssh
+# waiting on each other, so two overlap well even on 2 cores. Each scenario goes to the lane with
+# the least expected time (seconds measured from scratch; 100 for one not listed), except that
+# nvidia_driver:gpu_stack follows criu in criu's lane: it unpacks the build criu saves. The
+# second lane's output is printed when it ends.
+declare -A expected=([criu:default]=200 [nvidia_driver:gpu_stack]=250 [nvidia_driver:default]=160
+  [bench_client:default]=130 [vllm_images:default]=140 [cuda_checkpoint:default]=120
+  [nvidia_container_toolkit:default]=95 [cache_volumes:default]=90 [docker:default]=85 [fio:default]=75)
+lanes=${RT_LANES:-$([ "${RT_PARALLEL:-1}" = 1 ] && echo 2 || echo 1)}
+[ "$lanes" -ge 1 ] 2>/dev/null || rt_die "RT_LANES must be a positive number, got '$lanes'"
+declare -a lane_items lane_load
+for ((i = 0; i < lanes; i++)); do lane_items[i]=""; lane_load[i]=0; done
+criu_lane=""
+for item in "${ct_todo[@]}"; do
+  if [ "$item" = nvidia_driver:gpu_stack ] && [ -n "$criu_lane" ]; then
+    best=$criu_lane
+  else
+    best=0
+    for ((i = 1; i < lanes; i++)); do [ "${lane_load[i]}" -lt "${lane_load[best]}" ] && best=$i; done
+  fi
+  [ "$item" = criu:default ] && criu_lane=$best
+  lane_items[best]="${lane_items[best]} $item"
+  lane_load[best]=$((lane_load[best] + ${expected[$item]:-100}))
+done
+lane_pids=()
+for ((i = 1; i < lanes; i++)); do
+  [ -n "${lane_items[i]// /}" ] || continue
+  rt_log "lane $((i + 1)):${lane_items[i]} (its output follows when it ends)"
+  set -m
+  # shellcheck disable=SC2086  # a list of ROLE:SCENARIO words
+  (for item in ${lane_items[i]}; do run_scenario "$item"; done) > "$RT_RUN/logs/lane$((i + 1)).log" 2>&1 &
+  lane_pids+=("$!")
+  set +m
+done
+rt_log "lane 1:${lane_items[0]}"
+# shellcheck disable=SC2086
+for item in ${lane_items[0]} "${vm_todo[@]}"; do
   run_scenario "$item"
+done
+for ((i = 1; i < lanes; i++)); do
+  [ -n "${lane_items[i]// /}" ] || continue
+  wait "${lane_pids[$((i - 1))]}" || true
+  rt_log "output of lane $((i + 1)):"
+  cat "$RT_RUN/logs/lane$((i + 1)).log"
 done
 if [ -n "$bg_pid" ]; then
   wait "$bg_pid" || true

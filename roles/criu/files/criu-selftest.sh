@@ -11,15 +11,23 @@ counter=$work/counter
 # A plain process in its own session, no terminal: what `criu dump` can take without --shell-job.
 # It forks nothing: a killed child left as a zombie (a slow PID 1 reaps late) would keep the
 # session's PID in use, and the restore needs that PID back.
-setsid python3 -c 'import sys, time
+# The count is replaced, never rewritten in place, so a reader never sees an empty file.
+setsid python3 -c 'import os, sys, time
 i = 0
 while True:
     i += 1
-    open(sys.argv[1], "w").write(f"{i}\n")
+    with open(sys.argv[1] + ".tmp", "w") as fh:
+        fh.write(f"{i}\n")
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
     time.sleep(0.1)' "$counter" < /dev/null > /dev/null 2>&1 &
 pid=$!
-sleep 1
-[ -n "$(cat "$counter" 2>/dev/null)" ] || { echo '{"ok": false, "step": "start"}'; exit 1; }
+# Waits are bounded polls, not fixed sleeps: a loaded machine (CI, parallel scenarios) starts
+# Python and resumes a restored process late.
+waited=0
+until [ -n "$(cat "$counter" 2>/dev/null)" ]; do
+  [ $waited -ge 300 ] && { echo '{"ok": false, "step": "start"}'; exit 1; }
+  sleep 0.1; waited=$((waited + 1))
+done
 fail() {
   printf '{"ok": false, "step": "%s", "pid": %s}\n' "$1" "$pid"
   tail -n 15 "$work/$2" 2>/dev/null >&2
@@ -40,9 +48,12 @@ sleep 0.5
 t2=$(date +%s%N)
 "$criu" restore -D "$work/img" -o restore.log -d -v4 || fail restore img/restore.log
 t3=$(date +%s%N)
-sleep 1
+waited=0
 after=$(cat "$counter")
-[ "$after" -gt "$frozen" ] || fail not-counting img/restore.log
+until [ "$after" -gt "$frozen" ]; do
+  [ $waited -ge 300 ] && fail not-counting img/restore.log
+  sleep 0.1; waited=$((waited + 1)); after=$(cat "$counter")
+done
 plugin=$(grep -c 'cuda_plugin' "$work/img/dump.log")
 kill "$pid"
 printf '{"ok": true, "pid": %s, "frozen_at": %s, "counted_to": %s, "dump_ms": %s, "restore_ms": %s, "cuda_plugin_log_lines": %s, "image_bytes": %s}\n' \
