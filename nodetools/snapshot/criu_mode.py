@@ -10,7 +10,8 @@ lock chosen from the node and the flag set that dumped a live vLLM engine (``cri
 3. one restore pass per ``restore_cache`` state (``dropped``: the node's page cache dropped, the
    image read from its disk; ``warm``: the image read into the page cache first; tmpfs is RAM
    either way), each ``criu restore -d`` from the same image: seconds, the first token, the
-   answers; the tree of one pass is stopped before the next. With ``lazy_pages`` a ``criu
+   answers; the tree of one pass is stopped before the next, and the ``link_remap`` files the
+   dump made (which a restore unlinks) are put back from a copy (``link_remaps.py``). With ``lazy_pages`` a ``criu
    lazy-pages`` daemon serves the memory on demand (userfaultfd) while the restored engine already
    runs: when it has read the whole image is recorded against the first token.
 
@@ -38,6 +39,7 @@ from nodetools.snapshot import cuda_tool, images
 from nodetools.snapshot.criu_node import choose_network_lock, flag_problems, remove_leftover_locks
 from nodetools.snapshot.engine_run import EngineRun
 from nodetools.snapshot.io_uring import IoUringOff
+from nodetools.snapshot.link_remaps import LinkRemaps
 
 __all__ = ["CriuRun"]
 
@@ -81,6 +83,7 @@ class CriuRun(EngineRun):
         self.criu_env = dict(os.environ)
         self.dumped = False
         self.restored = False
+        self.remaps = LinkRemaps()
 
     @property
     def pid(self) -> int:
@@ -130,6 +133,8 @@ class CriuRun(EngineRun):
     def after_first_token(self) -> int:
         self.out["answers_before_dump_s"] = self.answers(self.args.answers)
         self.out["gpu_mem_mib_before"] = memory_used_mib(self.timer.gpus)
+        self.remaps.seen(self.pid)
+        self.out["link_remaps"] = self.remaps.record
         rc = self._dump()
         if rc != exitcodes.OK:
             return rc
@@ -137,6 +142,7 @@ class CriuRun(EngineRun):
         for index, cache in enumerate(self.args.restore_cache):
             if index:
                 self._stop_restored()
+                self.remaps.put_back()  # the last restore unlinked them: this one needs them again
             rc = self._restore(cache)
             if rc != exitcodes.OK:
                 return rc
@@ -162,6 +168,7 @@ class CriuRun(EngineRun):
             self.out["error"] = f"criu dump failed with rc {dump.returncode} (see dump.log)"
             return exitcodes.DIED
         self.dumped = True
+        self.remaps.keep(self._remaps_store)
         assert self.timer.proc is not None
         self.timer.proc.wait(timeout=30)  # CRIU killed the dumped tree: reap our child
         self._wait_group_gone()
@@ -169,6 +176,10 @@ class CriuRun(EngineRun):
         self.out["port_free_after_dump"] = not port_open(self.timer.port)
         self.out["gpu_mem_mib_after_dump"] = memory_used_mib(self.timer.gpus)
         return exitcodes.OK
+
+    @property
+    def _remaps_store(self) -> Path:
+        return self.args.images.with_name(self.args.images.name + ".link-remaps")
 
     def _wait_group_gone(self) -> None:
         """Until no process of the engine's group is left, zombies included: while one names the
@@ -237,6 +248,10 @@ class CriuRun(EngineRun):
             self.guard.restore()  # after the engine stopped: it was off for the engine's whole life
         if self.dumped and not self.restored and self.lock_method != "skip":
             self.out["network_lock_left_after_failure"] = remove_leftover_locks(self.lock_method)
+        left = self.remaps.remove_left()
+        if left:
+            self.out["link_remaps"]["removed_after_failure"] = left
         if not self.args.keep_images and self.args.images.exists():
             shutil.rmtree(self.args.images, ignore_errors=True)  # tens of GB a trial, on a disk or in RAM
+            shutil.rmtree(self._remaps_store, ignore_errors=True)
             self.out["images_removed"] = not self.args.images.exists()

@@ -1,11 +1,13 @@
 """The engine stand-in as CRIU meets vLLM's API server: ``python snapshot_engine.py [--io-uring]
-[--tcp-pair] -- STAND-IN SERVE ARGS``.
+[--tcp-pair] [--unlinked-shm DIR] -- STAND-IN SERVE ARGS``.
 
 ``--io-uring`` maps an io_uring the way vLLM's API server does when the kernel lets it (refused
 while ``kernel.io_uring_disabled`` is 2: the process goes on without, as the libraries fall back);
 ``--tcp-pair`` holds an established loopback TCP connection inside the tree (both ends, traffic
-flowing), as vLLM's processes do. Each says what it got in the server log's first lines, then the
-stand-in serves in this same process (one process tree for CRIU, as the real engine).
+flowing), as vLLM's processes do; ``--unlinked-shm DIR`` maps a file of /dev/shm shared and unlinks the
+name it was opened by while a second name (in DIR) keeps it: CRIU dumps that with a
+``link_remap`` file beside it, as it dumped a semaphore of vLLM 0.24.0 on the H200. Each says what
+it got in the server log's first lines, then the stand-in serves in this same process (one process tree for CRIU, as the real engine).
 """
 
 from __future__ import annotations
@@ -53,6 +55,17 @@ def hold_tcp_pair() -> str:
     return f"tcp: established {client.getsockname()[1]} <-> {listener.getsockname()[1]}"
 
 
+def map_unlinked_shm(keep_dir: str) -> str:
+    path = f"/dev/shm/snapshot-engine-{os.getpid()}"
+    with open(path, "wb") as f:  # noqa: PTH123
+        f.write(b"\1" * 32)  # a semaphore's size
+    os.link(path, os.path.join(keep_dir, "still-linked"))  # noqa: PTH118
+    fd = os.open(path, os.O_RDWR)
+    KEPT.append(mmap.mmap(fd, 32, mmap.MAP_SHARED))
+    os.unlink(path)  # noqa: PTH108
+    return f"unlinked shm: {path} mapped (deleted), kept by {keep_dir}/still-linked"
+
+
 def main() -> None:
     args = sys.argv[1:]
     split = args.index("--")
@@ -62,6 +75,8 @@ def main() -> None:
         lines.append(map_io_uring())
     if "--tcp-pair" in own:
         lines.append(hold_tcp_pair())
+    if "--unlinked-shm" in own:
+        lines.append(map_unlinked_shm(own[own.index("--unlinked-shm") + 1]))
     sys.stdout.write("".join(f"snapshot_engine: {line}\n" for line in lines))
     sys.stdout.flush()
     sys.argv = ["nodetools.standin", *serve]

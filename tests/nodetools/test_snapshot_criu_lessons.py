@@ -230,3 +230,27 @@ def test_a_cuda_checkpoint_path_is_what_the_plugin_finds_on_criu_s_path(tmp_path
     done = subprocess.run([str(shim), "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "not NVIDIA's tool" in done.stdout
     assert "No GPU device found; CUDA plugin is disabled" in trial.log("dump.log")  # no GPU here: none acted
+
+
+# --- 4. one dump, two restores: the link-remap files the first restore consumes ---------------------
+
+def test_a_dump_with_a_link_remap_restores_twice(tmp_path: Path, model: Path) -> None:
+    """vLLM 0.24.0 on the H200: the second restore from one dump failed with "Can't link
+    dev/shm/link_remap.N" (the first had unlinked it). The tool keeps a copy and puts it back."""
+    keep = Path("/dev/shm") / f"gpu-campaign-test-{os.getpid()}"  # the second name: on the same filesystem
+    keep.mkdir()
+    try:
+        trial = Trial(tmp_path, model, "--unlinked-shm", str(keep))
+        rc, out = trial.measure("--restore-cache", "dropped,warm")
+    finally:
+        shutil.rmtree(keep, ignore_errors=True)
+    assert "unlinked shm: /dev/shm/snapshot-engine-" in trial.log("server.log")
+    assert rc == 0, out.get("error")
+    assert [r["cache"] for r in out["restores"]] == ["dropped", "warm"]
+    assert all(r["restore_to_first_token_s"] > 0 for r in out["restores"])
+    remaps = out["link_remaps"]
+    assert "/dev/shm" in remaps["dirs"]
+    assert remaps["kept"] and all("/dev/shm/link_remap." in p for p in remaps["kept"])
+    assert remaps["put_back"] == len(remaps["kept"])  # the second restore needed them again
+    assert not [p for p in remaps["kept"] if Path(p).exists()], "link_remap files left in /dev/shm"
+    assert not (tmp_path / "trial" / "images.link-remaps").exists()
