@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ARCHITECTURE", "CONFIG_ONLY_PRESETS", "PRESETS", "MakeError", "Qwen3Shape", "config_kv_bytes_per_token",
-           "kv_cache_dtype_bytes", "read_kv_bytes_per_token"]
+           "engine_model_dir", "kv_cache_dtype_bytes", "read_kv_bytes_per_token"]
 
 ARCHITECTURE = "Qwen3ForCausalLM"
 BOS_ID, EOS_ID = 0, 2  # as Qwen: bos <|endoftext|>, a chat turn ends with <|im_end|>
@@ -164,6 +164,18 @@ def config_kv_bytes_per_token(config: Mapping[str, Any], kv_cache_dtype: str = "
         return None
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "bfloat16")
     return 2 * int(layers) * int(kv_heads) * int(head_dim) * kv_cache_dtype_bytes(kv_cache_dtype, dtype)
+
+
+def engine_model_dir(engine_argv: Sequence[str]) -> Path | None:
+    """The model folder an engine command serves: ``serve MODEL`` (vLLM's CLI and the stand-in's) or
+    ``--model MODEL``. Not the served model name, which is what requests carry."""
+    argv = list(engine_argv)
+    for flag in ("--model", "--model-tag"):
+        if flag in argv[:-1]:
+            return Path(argv[argv.index(flag) + 1])
+    if "serve" in argv[:-1] and not argv[argv.index("serve") + 1].startswith("-"):
+        return Path(argv[argv.index("serve") + 1])
+    return None
 
 
 def read_kv_bytes_per_token(model_dir: Path, engine_argv: Sequence[str]) -> int | None:

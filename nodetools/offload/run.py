@@ -32,7 +32,7 @@ from nodetools.lease import Claim, PortBusy, claim, default_trial
 from nodetools.loadgen.multiturn import MultiTurnLoad
 from nodetools.loadgen.quality import QualityCheck
 from nodetools.loadgen.workload import QualitySpec, Workload, known_fields
-from nodetools.model_shapes import read_kv_bytes_per_token
+from nodetools.model_shapes import engine_model_dir, read_kv_bytes_per_token
 from nodetools.offload.layout import copy_dir
 from nodetools.proc import interrupt_on_term, write_json_atomic
 
@@ -211,9 +211,12 @@ def _run_claimed(run: _Run, opts: RunOptions, workload: Workload, quality: Quali
 
 
 def _measure(run: _Run, opts: RunOptions, workload: Workload, quality: QualitySpec | None) -> int:
-    model = str(run.launch["copies"][0]["model"])
-    run.out["kv_bytes_per_token"] = read_kv_bytes_per_token(Path(model), list(run.launch["copies"][0].get("argv")
-                                                                                or []))
+    model = str(run.launch["copies"][0]["model"])  # the served name, which requests carry
+    # The folder from the command line, not the served name (the H200's 32B run
+    # read "rehearsal/config.json", found none, and could not size its host tier in tokens).
+    argv = list(run.launch["copies"][0].get("argv") or [])
+    model_dir = engine_model_dir(argv)
+    run.out["kv_bytes_per_token"] = read_kv_bytes_per_token(model_dir, argv) if model_dir else None
     run.snapshot("before")
     # Where the load starts and ends in each server log: the report reads the log's last stats
     # line *of the load*, not one that also counts the quality check's requests.

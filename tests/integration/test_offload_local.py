@@ -70,6 +70,7 @@ def test_local_campaign_shows_the_reference_campaigns_shape(write_campaign: Call
                                                             tmp_path: Path) -> None:
     data = local_campaign(tmp_path)
     data["engine"]["args"]["load-format"] = "dummy"  # no weight loading is measured here: none is read
+    data["engine"]["served_model_name"] = "rehearsal"  # as on the H200: requests name it, not the folder
     results = tmp_path / "results"
     assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results)]) == 0
     trials = {r["mode"]: r for r in rows(results, "offload.csv")}

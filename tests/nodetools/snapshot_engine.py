@@ -7,7 +7,8 @@ while ``kernel.io_uring_disabled`` is 2: the process goes on without, as the lib
 flowing), as vLLM's processes do; ``--unlinked-shm DIR`` maps a file of /dev/shm shared and unlinks the
 name it was opened by while a second name (in DIR) keeps it: CRIU dumps that with a
 ``link_remap`` file beside it, as it dumped a semaphore of vLLM 0.24.0 on the H200. Each says what
-it got in the server log's first lines, then the stand-in serves in this same process (one process tree for CRIU, as the real engine).
+it got in the server log's first lines, then the stand-in serves in this same process (one process
+tree for CRIU, as the real engine).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from nodetools.model_shapes import engine_model_dir
 from nodetools.model_shapes import read_kv_bytes_per_token as kv_bytes_per_token
 from runner.execute import _envvars
 from runner.experiments.offload.sizing import host_tier_tokens as _host_tier_tokens
@@ -25,6 +26,24 @@ def test_kv_bytes_per_token_from_the_config(tmp_path: Path) -> None:
     assert kv_bytes_per_token(model(tmp_path, no_head_dim), []) == 64 * 1024  # hidden / heads
     assert kv_bytes_per_token(model(tmp_path, {**QWEN3_08B, "kv_lora_rank": 512}), []) is None  # MLA: not this
     assert kv_bytes_per_token(tmp_path / "absent", []) is None
+
+
+def test_the_model_folder_comes_from_the_command_not_the_served_name() -> None:
+    h200 = ["/opt/torch/.venv/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve",
+            "/opt/gpu-campaign/models/qwen3-32b-config", "--host", "127.0.0.1", "--port", "8000",
+            "--served-model-name", "rehearsal", "--load-format", "dummy"]
+    assert engine_model_dir(h200) == Path("/opt/gpu-campaign/models/qwen3-32b-config")
+    assert engine_model_dir(["python", "-m", "nodetools.standin", "serve", "/m", "--port", "1"]) == Path("/m")
+    assert engine_model_dir(["vllm", "serve", "--model", "/m2", "--port", "1"]) == Path("/m2")
+    assert engine_model_dir(["vllm", "serve", "--port", "1"]) is None
+
+
+def test_the_bytes_come_from_the_served_folder_s_config(tmp_path: Path) -> None:
+    folder = tmp_path / "qwen3-32b-config"
+    folder.mkdir()
+    model(folder, {**QWEN3_08B, "num_hidden_layers": 64})
+    argv = ["python3", "-m", "vllm.entrypoints.cli.main", "serve", str(folder), "--served-model-name", "rehearsal"]
+    assert kv_bytes_per_token(engine_model_dir(argv), argv) == 256 * 1024  # the 32B preset's 256 KiB a token
 
 
 def test_host_tier_tokens_prefers_the_config_and_refuses_an_overridden_pool() -> None:
