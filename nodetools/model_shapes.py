@@ -170,11 +170,12 @@ def engine_model_dir(engine_argv: Sequence[str]) -> Path | None:
     """The model folder an engine command serves: ``serve MODEL`` (vLLM's CLI and the stand-in's) or
     ``--model MODEL``. Not the served model name, which is what requests carry."""
     argv = list(engine_argv)
-    for flag in ("--model", "--model-tag"):
-        if flag in argv[:-1]:
-            return Path(argv[argv.index(flag) + 1])
-    if "serve" in argv[:-1] and not argv[argv.index("serve") + 1].startswith("-"):
-        return Path(argv[argv.index("serve") + 1])
+    if "--model" in argv[:-1]:
+        return Path(argv[argv.index("--model") + 1])
+    # The subcommand, not a flag's value that happens to read "serve": it comes within the first four words.
+    at = argv.index("serve") + 1 if "serve" in argv[:4] else len(argv)
+    if at < len(argv) and not argv[at].startswith("-"):
+        return Path(argv[at])
     return None
 
 

@@ -11,9 +11,10 @@ lock chosen from the node and the flag set that dumped a live vLLM engine (``cri
    image read from its disk; ``warm``: the image read into the page cache first; tmpfs is RAM
    either way), each ``criu restore -d`` from the same image: seconds, the first token, the
    answers; the tree of one pass is stopped before the next, and the ``link_remap`` files the
-   dump made (which a restore unlinks) are put back from a copy (``link_remaps.py``). With ``lazy_pages`` a ``criu
-   lazy-pages`` daemon serves the memory on demand (userfaultfd) while the restored engine already
-   runs: when it has read the whole image is recorded against the first token.
+   dump made (which a restore unlinks) are put back from a copy (``link_remaps.py``). With
+   ``lazy_pages`` a ``criu lazy-pages`` daemon serves the memory on demand (userfaultfd) while
+   the restored engine already runs: when it has read the whole image is recorded against the
+   first token.
 
 A failed dump leaves the engine running (CRIU thaws the tree; checked: never left frozen) and it
 is then stopped cleanly. After a dump whose restore failed, the network-lock rules CRIU left are

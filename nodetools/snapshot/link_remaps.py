@@ -1,12 +1,13 @@
 """CRIU's link-remap files, kept so that one dump can be restored more than once.
 
-A process that holds a file it has unlinked (vLLM's processes hold POSIX semaphores in /dev/shm
-that multiprocessing unlinks at once) is dumped with ``--link-remap``: CRIU hard-links the open
-file under a new name (``link_remap.N``) in the same folder, outside the images. The first restore
-opens it and unlinks it, so a second restore from the same images fails with "Can't link
-dev/shm/link_remap.N -> ..." / "Can't open vma" (seen on the H200 with vLLM 0.24.0). This module
-finds the folders of such files before the dump, copies the ``link_remap.*`` files the dump created
-there, and puts back any a restore consumed before the next restore. Stdlib only: this runs on the node.
+With ``--link-remap``, a file the engine holds under a name that no longer leads to it (a
+semaphore of vLLM 0.24.0's in /dev/shm on the H200; here, a file unlinked while another hard link
+keeps it) is dumped as a hard link ``link_remap.N`` in the same folder, outside the images (a file
+with no link left is copied into the images instead, as a ghost file). The first restore opens it
+and unlinks it, so a second restore from the same images fails with "Can't link
+dev/shm/link_remap.N -> ..." / "Can't open vma". This module finds the folders of the files the
+tree holds unlinked before the dump, copies the ``link_remap.*`` files the dump created there,
+and puts back any a restore consumed before the next restore. Stdlib only: this runs on the node.
 """
 
 from __future__ import annotations
@@ -64,6 +65,14 @@ def _remaps_in(dirs: list[str]) -> set[str]:
     return names
 
 
+def _copy_owned(src: str | Path, dst: str | Path) -> None:
+    """A copy with the mode, times and owner of ``src`` (the restored process opens it as its owner)."""
+    shutil.copy2(src, dst)
+    with contextlib.suppress(OSError):
+        st = Path(src).stat()
+        os.chown(dst, st.st_uid, st.st_gid)
+
+
 class LinkRemaps:
     """Before the dump: ``seen(pgid)``; after it: ``keep(store)``; before each later restore: ``put_back()``."""
 
@@ -88,10 +97,7 @@ class LinkRemaps:
                     continue
                 store.mkdir(parents=True, exist_ok=True)
                 copy = store / f"{index}-{Path(path).name}"
-                shutil.copy2(path, copy)
-                with contextlib.suppress(OSError):
-                    st = Path(path).stat()
-                    os.chown(copy, st.st_uid, st.st_gid)
+                _copy_owned(path, copy)
                 self.saved[path] = str(copy)
         self.record["kept"] = sorted(self.saved)
 
@@ -100,10 +106,7 @@ class LinkRemaps:
         count = 0
         for path, copy in self.saved.items():
             if not Path(path).exists():
-                shutil.copy2(copy, path)
-                with contextlib.suppress(OSError):
-                    st = Path(copy).stat()
-                    os.chown(path, st.st_uid, st.st_gid)
+                _copy_owned(copy, path)
                 count += 1
         self.record["put_back"] += count
         return count
