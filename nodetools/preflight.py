@@ -1,7 +1,8 @@
 """Node-side preconditions of a trial: each unmet one is a reason to skip, in words a user can act on.
 
     python -m nodetools.preflight --port 8000 [--gpus 4] [--max-gpu-used-mib 2048]
-        [--exists PATH ...] [--python PY --python-module MOD] [--docker-image IMG [--docker-module MOD]]
+        [--exists PATH ...] [--python PY --python-module MOD [--pythonpath DIRS]]
+        [--docker-image IMG [--docker-module MOD]]
 
 Prints ``{"reasons": [...]}`` (empty when everything holds) and exits 0: deciding to skip is the
 playbook's job (2 for a bad command line, nodetools.exitcodes). Stdlib only: this runs on the node.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from nodetools import exitcodes
 from nodetools.gpu import NO_NVIDIA_SMI, gpu_list, memory_used_by_index
 from nodetools.proc import port_open
 
-__all__ = ["check", "main"]
+__all__ = ["check", "main", "module_reasons"]
 
 _IMPORT_CHECK = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
 
@@ -37,19 +39,29 @@ def _gpu_reasons(gpus: list[int], max_used_mib: int) -> list[str]:
     return reasons
 
 
+def module_reasons(python: str, module: str, pythonpath: str = "") -> list[str]:
+    """Why ``module`` cannot be imported by the engine's Python with the engine's PYTHONPATH (a vLLM
+    installed with ``--target`` and the packages beside it are found only there), or nothing."""
+    if not python or not Path(python).exists():
+        return [f"python {python!r} for the engine does not exist"]
+    env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+    done = subprocess.run([python, "-c", _IMPORT_CHECK, module], check=False, capture_output=True, env=env,
+                          timeout=120)
+    if done.returncode == 0:
+        return []
+    where = f" (PYTHONPATH {pythonpath})" if pythonpath else ""
+    return [f"python module {module} is not installed beside the engine ({python}{where}): the mode needs it"]
+
+
 def check(port: int, gpus: list[int], max_gpu_used_mib: int, exists: list[str], python: str, python_module: str,
-          docker_image: str, docker_module: str) -> list[str]:
+          docker_image: str, docker_module: str, pythonpath: str = "") -> list[str]:
     reasons = []
     if port_open(port, timeout=0.5):
         reasons.append(f"port {port} already answers: another server runs on this node")
     reasons += _gpu_reasons(gpus, max_gpu_used_mib)
     reasons += [f"{path} does not exist" for path in exists if not Path(path).exists()]
     if python_module:
-        if not python or not Path(python).exists():
-            reasons.append(f"python {python!r} for the engine does not exist")
-        elif subprocess.run([python, "-c", _IMPORT_CHECK, python_module], check=False,
-                            capture_output=True).returncode != 0:
-            reasons.append(f"python module {python_module} is not installed beside the engine ({python})")
+        reasons += module_reasons(python, python_module, pythonpath)
     if docker_image:
         if shutil.which("docker") is None:
             reasons.append("runtime docker but no docker on this node")
@@ -71,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exists", nargs="*", default=[])
     p.add_argument("--python", default="")
     p.add_argument("--python-module", default="")
+    p.add_argument("--pythonpath", default="", help="the engine's PYTHONPATH, for --python-module")
     p.add_argument("--docker-image", default="")
     p.add_argument("--docker-module", default="")
     args = p.parse_args(argv)
@@ -80,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{exc}\n")
         return exitcodes.BAD_INPUT
     reasons = check(args.port, gpus, args.max_gpu_used_mib, args.exists, args.python, args.python_module,
-                    args.docker_image, args.docker_module)
+                    args.docker_image, args.docker_module, args.pythonpath)
     sys.stdout.write(json.dumps({"reasons": reasons}) + "\n")
     return exitcodes.OK
 

@@ -12,7 +12,6 @@ context the load needs against ``max-model-len``, and the generic checks of
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from nodetools.loadgen.workload import with_chat_template
 from nodetools.offload.layout import split_gpus
 from nodetools.offload.leftovers import GIB, gib, leftover_containers
 from nodetools.preflight import check as node_check
+from nodetools.preflight import module_reasons
 
 __all__ = ["Need", "preflight", "preflight_node"]
 
@@ -216,24 +216,11 @@ def _engine_checks(need: Need) -> list[str]:
     return reasons + _module_check(need)
 
 
-_IMPORT_CHECK = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
-
-
 def _module_check(need: Need) -> list[str]:
-    """The mode's package importable by the engine's Python, with the engine's PYTHONPATH (process
-    runtime: vLLM installed with --target is found only there)."""
+    """The mode's package importable by the engine's Python (process runtime; in the image for docker)."""
     if not need.python_module or need.image or not need.python:
         return []
-    if not Path(need.python).exists():
-        return [f"python {need.python!r} for the engine does not exist"]
-    env = {**os.environ, "PYTHONPATH": need.pythonpath} if need.pythonpath else None
-    done = subprocess.run([need.python, "-c", _IMPORT_CHECK, need.python_module], check=False, capture_output=True,
-                          env=env, timeout=120)
-    if done.returncode != 0:
-        where = f" (PYTHONPATH {need.pythonpath})" if need.pythonpath else ""
-        return [f"python module {need.python_module} is not installed beside the engine ({need.python}{where}): "
-                "the mode needs it"]
-    return []
+    return module_reasons(need.python, need.python_module, need.pythonpath)
 
 
 def preflight(facts: dict[str, Any], need: Need, containers: list[dict[str, str]] | None = None

@@ -42,6 +42,9 @@ def mock_vllm_site(root: Path) -> Path:
     for folder in (root / "vllm", root / "vllm" / "entrypoints", pkg):
         (folder / "__init__.py").write_text('"""MOCK vllm package for tests."""\n')
     (pkg / "main.py").write_text(MOCK_CLI)
+    # The fastsafetensors loader's package, found (like vLLM) only on the engine's PYTHONPATH.
+    (root / "fastsafetensors").mkdir()
+    (root / "fastsafetensors" / "__init__.py").write_text('"""MOCK fastsafetensors package for tests."""\n')
     return root
 
 
@@ -70,6 +73,11 @@ experiments:
     modes: [disk_cold]
     repeats: 2
     timeout_s: 180
+  - kind: startup
+    name: loaders
+    modes: [fastsafetensors]
+    repeats: 1
+    timeout_s: 180
 """)
     results = tmp_path / "results"
     assert main([str(path), "--quiet", "--results", str(results)]) == 0
@@ -77,8 +85,13 @@ experiments:
     marker = json.loads((model / "rehearsal.json").read_text())
     assert marker["random_weights"] is True and marker["preset"] == "qwen3-tiny"
     with (results / "startup.csv").open() as fh:
-        rows = {r["repeat"]: r for r in csv.DictReader(fh)}
-    assert {r["status"] for r in rows.values()} == {"ok"}
+        rows = {r["repeat"] if r["trial_id"].startswith("startup.") else r["trial_id"].split(".")[0]: r
+                for r in csv.DictReader(fh)}
+    assert {r["status"] for r in rows.values()} == {"ok"}, rows
+    # The loader's package is beside vLLM, not in the engine's own Python: the preflight looks
+    # with the engine's PYTHONPATH (on the H200 a check without it skipped an installed loader).
+    loader = rows.pop("loaders")
+    assert loader["mode"] == "fastsafetensors" and loader["status"] == "ok", loader
     # Identical arguments twice: the first start fills the persistent cache, the second hits it.
     assert rows["1"]["compile_cache_hit"] == "False" and rows["2"]["compile_cache_hit"] == "True"
     trial = json.loads((results / "trials/startup.disk_cold.r1@localhost/trial.json").read_text())
