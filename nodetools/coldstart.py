@@ -69,6 +69,7 @@ from nodetools.proc import (
 from nodetools.procwatch import GroupWatcher, clock_sample
 from nodetools.reap import reap
 from nodetools.startprep import PREPARED, drop_scope, prepare
+from nodetools.vllm_cli import serve_split
 
 __all__ = ["Timer", "add_claim_options", "cleanup", "first_token", "main", "post", "write_json_atomic"]
 
@@ -142,10 +143,17 @@ class Timer:
             self.claim.lease.add_group(proc.pid, what, container)
 
     def start_preload(self) -> int:
-        """``vllm preload``: the weights daemon must be ready before the engine's clock starts."""
-        self.pre = self._spawn(self.launch["pre_argv"], self.log.parent / "preload.log")
+        """``vllm preload``: the weights daemon must be ready before the engine's clock starts. It is
+        the launch's own vLLM command (``python -m vllm.entrypoints.cli.main`` for a --target install)."""
+        vllm, rest, why = serve_split(self.launch, "preload")
+        if why:
+            self.out["error"] = why
+            return exitcodes.BAD_INPUT
+        port = int(self.launch["preload_port"])
+        argv = [*vllm, "preload", "--model", rest[0], "--weight-cache-health-port", str(port)]
+        self.pre = self._spawn(argv, self.log.parent / "preload.log")
         self._record(self.pre, "preload.pgid", "vllm preload")
-        started, port = time.time(), int(self.launch["pre_ready_port"])
+        started = time.time()
         while time.time() - started < self.timeout_s:
             if self.pre.poll() is not None:
                 self.out["error"] = f"vllm preload exited with rc {self.pre.returncode} (see preload.log)"
@@ -386,7 +394,7 @@ def _measure(launch: dict[str, Any], args: argparse.Namespace, held: Claim) -> i
     interrupt_on_term()  # Ansible's task timeout, or the reaper, must still stop the engine
     rc = exitcodes.BAD_INPUT
     try:
-        if launch.get("pre_argv"):
+        if launch.get("preload_port"):
             rc = timer.start_preload()
             if rc != exitcodes.OK:
                 return rc

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from nodetools.gpu import driver_major, memory_total_mib, persistence_off
-from nodetools.proc import run_captured
 from nodetools.snapshot import cuda_tool, images
 from nodetools.snapshot.criu_node import (
     DEFAULT_FLAGS,
@@ -28,7 +27,7 @@ from nodetools.snapshot.criu_node import (
     plugin_dirs,
 )
 from nodetools.snapshot.io_uring import SYSCTL
-from nodetools.snapshot.vllm_snapshot_mode import vllm_command
+from nodetools.vllm_cli import subcommand_reasons
 
 __all__ = ["IPC_RESTORE_DRIVER", "LOCK_ACTION_DRIVER", "gates", "mem_available_bytes"]
 
@@ -133,18 +132,7 @@ def _vllm_snapshot_gates(model: str, revision: str, tp: int, launch: dict[str, A
         reasons.append("snapshot create requires a 40-character --revision (the model's commit hash)")
     if tp != 1:
         reasons.append(f"vllm snapshot supports TP1 only (this engine has TP={tp})")
-    vllm, _, why = vllm_command(launch)
-    if why:
-        return [*reasons, why]
-    if shutil.which(vllm[0]) is None:
-        return [*reasons, f"'{' '.join(vllm)} snapshot' is not available: {vllm[0]} not found"]
-    env = {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}}
-    done = run_captured([*vllm, "snapshot", "--help"], 300, env)
-    if done.returncode != 0:
-        said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-        reasons.append(f"'{' '.join(vllm)} snapshot' is not available (this vLLM has no snapshot command): "
-                       f"{said[-1] if said else f'exit {done.returncode}'}")
-    return reasons
+    return [*reasons, *subcommand_reasons(launch, "snapshot", "vllm_snapshot")]
 
 
 def gates(mode: str, *, criu: str = "criu", libdir: str = "", cuda_checkpoint: str = "cuda-checkpoint",

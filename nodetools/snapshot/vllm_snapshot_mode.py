@@ -17,32 +17,21 @@ import re
 import shutil
 import subprocess
 import time
-from typing import Any
 
 from nodetools import exitcodes
 from nodetools.proc import run_captured, stop_child_group, stop_group
 from nodetools.snapshot import cuda_tool, images
 from nodetools.snapshot.engine_run import EngineRun
 from nodetools.snapshot.io_uring import IoUringOff
+from nodetools.vllm_cli import serve_split
 
-__all__ = ["VllmSnapshotRun", "vllm_command"]
-
-
-def vllm_command(launch: dict[str, Any]) -> tuple[list[str], list[str], str]:
-    """(the vLLM command before ``serve``, the model and flags after it, why there is none) from a launch."""
-    argv = [str(a) for a in launch.get("argv") or []]
-    if launch.get("container"):
-        return [], [], "vllm_snapshot runs vLLM as a process on the node (runtime: process), not in a container"
-    if "serve" not in argv[:4]:
-        return [], [], f"vllm_snapshot needs a vLLM serve command line (vllm serve MODEL ...), not {argv[:3]}"
-    at = argv.index("serve")
-    return argv[:at], argv[at + 1:], ""
+__all__ = ["VllmSnapshotRun"]
 
 
 class VllmSnapshotRun(EngineRun):
     def measure(self) -> int:
         launch = self.timer.launch
-        vllm, rest, why = vllm_command(launch)
+        vllm, rest, why = serve_split(launch, "vllm_snapshot")
         if why:
             self.out["error"] = why
             return exitcodes.BAD_INPUT

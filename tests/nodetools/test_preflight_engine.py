@@ -1,0 +1,109 @@
+"""What a startup mode needs from the engine's vLLM, checked the way the engine runs it.
+
+On the borrowed H200, vLLM and its loaders live in a ``--target`` folder that only the engine's
+PYTHONPATH names, and vLLM is ``python -m vllm.entrypoints.cli.main``, not a ``vllm`` on PATH: a
+module check without that PYTHONPATH skipped installed loaders, and ``preload`` died with
+"No such file or directory: 'vllm'". The vLLM here is a MOCK package (no GPU): its CLI is real
+argparse, so a missing subcommand fails as vLLM 0.24.0's does.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from nodetools import exitcodes
+from nodetools.coldstart import Timer
+
+REPO = Path(__file__).resolve().parents[2]
+
+MOCK_VLLM_MAIN = '''"""MOCK vllm CLI (tests only): argparse subcommands, as vLLM's main.py has them."""
+import argparse, json, os, socket, sys, time
+p = argparse.ArgumentParser(prog="main.py")
+sub = p.add_subparsers(dest="cmd", required=True)
+sub.add_parser("serve")
+if os.environ.get("MOCK_VLLM_PRELOAD"):
+    pre = sub.add_parser("preload")
+    pre.add_argument("--model", required=True)
+    pre.add_argument("--weight-cache-health-port", type=int, required=True)
+args, _ = p.parse_known_args()
+if args.cmd == "preload":
+    with open(os.environ["MOCK_VLLM_PRELOAD"], "w") as fh:
+        json.dump(sys.argv[1:], fh)
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", args.weight_cache_health_port)); s.listen()
+    time.sleep(60)
+'''
+
+
+def mock_vllm_site(root: Path) -> Path:
+    cli = root / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    for folder in (root / "vllm", root / "vllm" / "entrypoints", cli):
+        (folder / "__init__.py").write_text('"""MOCK vllm package for tests."""\n')
+    (cli / "main.py").write_text(MOCK_VLLM_MAIN)
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def preflight(*args: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "nodetools.preflight", "--port", "1", *args],
+                          capture_output=True, text=True, check=True, cwd=REPO)
+    return json.loads(done.stdout)["reasons"]
+
+
+def test_a_module_beside_the_engine_is_found_on_its_pythonpath(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "loader_beside_engine").mkdir(parents=True)
+    (site / "loader_beside_engine" / "__init__.py").write_text("")
+    need = ["--python", sys.executable, "--python-module", "loader_beside_engine"]
+    assert preflight(*need) == [
+        f"python module loader_beside_engine is not installed beside the engine ({sys.executable}): the mode needs it"]
+    assert preflight(*need, "--pythonpath", str(site)) == []
+    assert preflight("--python", str(tmp_path / "no-python"), "--python-module", "x") == [
+        f"python {str(tmp_path / 'no-python')!r} for the engine does not exist"]
+
+
+def launch_of(site: Path, **env: str) -> dict:
+    return {"argv": [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "/models/q", "--port", "8000"],
+            "env": {"PYTHONPATH": str(site), **env}, "port": free_port(), "model": "/models/q"}
+
+
+def test_a_vllm_without_preload_is_a_skip_reason_in_its_own_words(tmp_path: Path) -> None:
+    launch = launch_of(mock_vllm_site(tmp_path / "site"))
+    reasons = preflight("--vllm-subcommand", "preload", "--launch-json", json.dumps(launch))
+    assert len(reasons) == 1 and reasons[0].startswith(
+        f"'{sys.executable} -m vllm.entrypoints.cli.main preload' is not available (this vLLM has no preload "
+        "command): main.py: error: argument cmd: invalid choice: 'preload'"), reasons  # argparse's own words
+    with_preload = launch_of(tmp_path / "site", MOCK_VLLM_PRELOAD=str(tmp_path / "preload-argv.json"))
+    assert preflight("--vllm-subcommand", "preload", "--launch-json", json.dumps(with_preload)) == []
+    bad = subprocess.run([sys.executable, "-m", "nodetools.preflight", "--port", "1", "--vllm-subcommand", "preload",
+                          "--launch-json", "[1]"], capture_output=True, text=True, check=False, cwd=REPO)
+    assert bad.returncode == exitcodes.BAD_INPUT and "--launch-json must be a JSON object" in bad.stderr
+    docker = {"argv": ["docker", "run", "img"], "container": "c1"}
+    assert preflight("--vllm-subcommand", "preload", "--launch-json", json.dumps(docker)) == [
+        "preload runs vLLM as a process on the node (runtime: process), not in a container"]
+
+
+def test_preload_runs_the_launchs_own_vllm_command(tmp_path: Path) -> None:
+    record = tmp_path / "preload-argv.json"
+    launch = {**launch_of(mock_vllm_site(tmp_path / "site"), MOCK_VLLM_PRELOAD=str(record)),
+              "preload_port": free_port()}
+    timer = Timer(launch, tmp_path / "server.log", 0.05, 60)
+    try:
+        assert timer.start_preload() == exitcodes.OK, timer.out
+    finally:
+        if timer.pre is not None:
+            timer.pre.kill()
+            timer.pre.wait()
+    assert json.loads(record.read_text()) == [
+        "preload", "--model", "/models/q", "--weight-cache-health-port", str(launch["preload_port"])]
+    assert timer.out["preload_ready_s"] >= 0
