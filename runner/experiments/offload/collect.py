@@ -21,7 +21,14 @@ from runner.errors import ParseError
 from runner.experiments.base import TrialContext
 from runner.experiments.offload.params import WorkloadParams
 from runner.experiments.offload.setup import weights_label
-from runner.experiments.offload.sizing import GIB, host_tier_tokens, sizes_note, stated_host_tokens, working_set
+from runner.experiments.offload.sizing import (
+    GIB,
+    host_tier_tokens,
+    sizes_note,
+    stated_host_tokens,
+    store_refusals,
+    working_set,
+)
 from runner.parse.metrics import parse_metrics_text, prefix_cache_run_rates
 from runner.parse.vllm_log import parse_log_if_any, parse_log_text
 
@@ -211,6 +218,12 @@ def _tiers(ctx: TrialContext, raw: Path, run: Mapping[str, Any], logs: list[dict
         out["fs_tier_tokens"] = fs_tokens
     ws = live or planned
     out.update(working_set(ws, sessions, kv_tokens, host_tokens, bool(recipe.get("fs"))))
+    refused = store_refusals(copy_logs(raw)) if host_gib else 0
+    if refused:
+        out["offload_store_refused"] = refused
+        out["tier_note"] = (out.get("tier_note", "") + f"; the engine refused to store blocks {refused:,} times "
+                            "('cannot store blocks'): the RAM tier had no room for the requests in flight, so "
+                            "what it refused was never offloaded").lstrip("; ")
     if host_gib and not host_tokens and kv_tokens:
         out["tier_note"] += (f"; the {host_gib:g} GiB host tier's size in tokens is unknown (no model config read "
                              "on the node, and --num-gpu-blocks-override hides the GPU's bytes per token)")

@@ -23,8 +23,8 @@ REPORT_COLUMNS = (
     "requests_ok", "requests_failed", "requests_not_sent", "turns_completed", "quality", "quality_correct",
     "quality_total", "quality_looping", "working_set_tokens", "working_set_planned_tokens", "kv_cache_tokens",
     "ws_over_hbm", "host_tier_tokens", "host_tier_source", "ws_over_hbm_plus_host", "fs_tier_tokens",
-    "kv_bytes_per_token", "working_set_gib", "tier_note", "sizing_note", "weights", "ready_s", "load_wall_s",
-    "barrier_ok", "gen_loop_lag_p99_ms", "gen_cpu_s", "log_errors",
+    "kv_bytes_per_token", "working_set_gib", "offload_store_refused", "tier_note", "sizing_note", "weights", "ready_s",
+    "load_wall_s", "barrier_ok", "gen_loop_lag_p99_ms", "gen_cpu_s", "log_errors",
 )
 _TRANSFER_PREFIX = "kv_"  # kv_<src>_to_<dst>_gb / _s / _gb_s and kv_transfer_source (collect.kv_transfers)
 

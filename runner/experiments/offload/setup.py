@@ -20,7 +20,7 @@ from nodetools.model_shapes import CONFIG_ONLY_PRESETS
 from nodetools.offload.layout import COPY_FILES, TRIAL_FILES, fetched_name, split_gpus
 from runner.experiments.base import Resources, TrialContext
 from runner.experiments.offload.params import TRIAL_FS_DIR, QualityParams, WorkloadParams
-from runner.experiments.offload.sizing import engine_arg, plan_sizing
+from runner.experiments.offload.sizing import engine_arg, plan_sizing, staging_shortfall
 
 __all__ = ["OffloadResources", "load_format", "resources", "trial_setup", "weights_label"]
 
@@ -86,6 +86,8 @@ def _skip_reason(ctx: TrialContext, recipe: Mapping[str, Any], copies: int) -> s
     gpus = list(engine.get("gpus") or [])
     if len(gpus) % copies:
         return f"{len(gpus)} GPUs cannot be split evenly between {copies} engine copies"
+    if ctx.mode == "tiered":
+        return staging_shortfall(ctx.params, engine)
     return ""
 
 

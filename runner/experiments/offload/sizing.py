@@ -18,12 +18,14 @@ from typing import Any
 from nodetools.model_shapes import PRESETS
 from runner.experiments.offload.params import WorkloadParams
 
-__all__ = ["GIB", "VLLM_BLOCK_TOKENS", "engine_arg", "host_tier_tokens", "plan_sizing", "sizes_note",
-           "stated_host_tokens", "working_set"]
+__all__ = ["GIB", "STORE_REFUSED", "VLLM_BLOCK_TOKENS", "engine_arg", "host_tier_tokens", "plan_sizing",
+           "sizes_note", "staging_shortfall", "stated_host_tokens", "store_refusals", "working_set"]
 
 GIB = 2**30
 _STANDIN_HOST_TIER = re.compile(r"\[stand-in\] host-RAM KV tier: [\d.]+ GiB = ([\d,]+) tokens")
 VLLM_BLOCK_TOKENS = 16  # vLLM's KV block on CUDA unless engine.args block-size says otherwise
+# vLLM's scheduler when the offload tier has no room for a request's blocks (they are not offloaded).
+STORE_REFUSED = re.compile(r"Request \S+: cannot store blocks")
 
 
 def engine_arg(args: Mapping[str, Any], flag: str) -> Any:
@@ -112,6 +114,36 @@ def plan_sizing(params: Mapping[str, Any], engine: Mapping[str, Any]) -> dict[st
             out["ws_over_pool_plus_host"] = round(ws / (pool + host_tokens), 3)
     out["note"] = sizes_note(kv_bytes, kv_source, pool, ws, host_gib, host_tokens, fs_gib, fs_tokens)
     return out
+
+
+def staging_shortfall(params: Mapping[str, Any], engine: Mapping[str, Any]) -> str:
+    """Why a RAM tier cannot stage what it must, or "": vLLM's tiering writes the file-system tier
+    through the RAM tier, which must hold the blocks of every request in flight. On the H200 a 2 GiB
+    tier (8,192 tokens) under 4 requests of 13.7K tokens logged "cannot store blocks" 934 times and
+    the file-system tier stayed empty: a lease spent on a tier that cannot be reached. Known before
+    the run only where the KV bytes per token are (the stand-in's knob, a rehearsal preset)."""
+    kv_bytes, _ = _kv_bytes(engine)
+    recipe = params.get("recipe") or {}
+    host_gib = float(recipe.get("host_gib_per_copy") or 0)
+    if not kv_bytes or not host_gib:
+        return ""
+    workload = WorkloadParams(**(params.get("workload") or {})).workload()
+    copies = int(params.get("engine_copies") or 1)
+    in_flight = -(-min(workload.concurrency, workload.sessions) // copies)  # per engine copy
+    need = in_flight * workload.context_tokens()
+    host_tokens = int(host_gib * GIB / kv_bytes)
+    if host_tokens >= need:
+        return ""
+    need_gib = need * kv_bytes / GIB
+    return (f"the {host_gib:g} GiB RAM tier ({host_tokens:,} tokens) cannot stage the {in_flight} requests in "
+            f"flight ({in_flight} x {workload.context_tokens():,} tokens = {need_gib:.1f} GiB): vLLM writes the "
+            "file-system tier through it, refuses to store ('cannot store blocks') and the file-system tier "
+            f"is never reached; give offload_gib >= {need_gib:.1f}, or fewer requests in flight")
+
+
+def store_refusals(logs: list[Path]) -> int:
+    """How often the engine said an offload tier had no room for a request's blocks."""
+    return sum(len(STORE_REFUSED.findall(p.read_text(errors="replace"))) for p in logs if p.is_file())
 
 
 def host_tier_tokens(stated: list[int], host_gib: float, kv_tokens: int | None, kv_gib: float | None,

@@ -163,6 +163,30 @@ def test_collect_on_real_vllm_artefacts(tmp_path: Path) -> None:
     assert "kv_transfer_source" not in metrics  # this log and these snapshots count no transfers
 
 
+def test_a_ram_tier_that_refused_to_store_says_so_in_the_row(tmp_path: Path) -> None:
+    """The H200's tiered run with a 2 GiB RAM tier (its log, with 25 of the 934 refusals kept): the
+    row counts "cannot store blocks" and the tier note says why the file-system tier stayed empty."""
+    raw = tmp_path / "raw" / "h200"
+    raw.mkdir(parents=True)
+    shutil.copy(FIXTURES / "vllm_logs/real/vllm-0.24.0-h200-offload_tiered_ram_tier_too_small.log", raw / "server.log")
+    (raw / "requests.jsonl").write_text(_requests(turns=3, sessions=4))
+    (raw / "run.json").write_text(json.dumps({"ready_s": 156.5, "kv_bytes_per_token": 262144,
+                                              "load": {"load_wall_s": 60.1, "turns_completed": 3}}))
+    params = MODES["tiered"].model_validate(
+        {"offload_gib": 2, "fs_gib": 32, "workload": {"sessions": 8, "history_tokens": 12000, "turns": 4,
+                                                       "turn_tokens": 400, "output_tokens": 32}}).model_dump(mode="json")
+    metrics = KIND.collect(TrialContext("tiered", params, {"args": {"num-gpu-blocks-override": 5280}}, tmp_path,
+                                        "h200"))
+    assert metrics["offload_store_refused"] == 25
+    assert metrics["tier_note"].endswith(
+        "; the engine refused to store blocks 25 times ('cannot store blocks'): the RAM tier had no room for the "
+        "requests in flight, so what it refused was never offloaded")
+    assert metrics["host_tier_tokens"] == 8192 and metrics["kv_cache_tokens"] == 84480
+    native = MODES["native_cpu"].model_validate({"offload_gib": 2}).model_dump(mode="json")
+    (raw / "server.log").write_text((FIXTURES / "vllm_logs/real/vllm-0.24.0-h200-offload_native.log").read_text())
+    assert "offload_store_refused" not in KIND.collect(TrialContext("native_cpu", native, {}, tmp_path, "h200"))
+
+
 def _transfer_metrics(cpu_to_gpu: tuple[float, float], gpu_to_cpu: tuple[float, float]) -> str:
     """vLLM's offloading connector counters (vllm/.../offloading/metrics.py: OffloadPromMetrics)."""
     lines = ["# TYPE vllm:kv_offload_total_bytes counter", "# TYPE vllm:kv_offload_total_time counter"]

@@ -109,17 +109,41 @@ def test_sizing_prices_the_tiers_with_the_presets_kv_bytes() -> None:
     assert fp8["kv_bytes_per_token"] == 128 * 1024
 
 
-def test_the_h200_32b_campaign_plans_every_tier_at_1_3x_the_pool() -> None:
+def test_the_h200_32b_campaign_plans_every_tier_past_what_sits_above_it() -> None:
     loaded = load_campaign(REPO / "campaigns/borrowed-h200-offload-32b.yaml")
     trials = [t for t in expand(loaded).trials if t.kind == "offload"]
     assert sorted({t.mode for t in trials}) == sorted(MODES) and {t.repeat for t in trials} == {1, 2}
     for trial in trials:
         offload = trial.resources.as_dict()["offload"]
-        assert offload["skip"] == "" and offload["sizing"]["ws_over_pool"] == 1.3, trial.id
+        sizing = offload["sizing"]
+        assert offload["skip"] == "", trial.id
         assert trial.engine is not None and trial.engine["args"]["load-format"] == "dummy"
-        if trial.mode in ("tiered", "lmcache_disk"):
-            assert offload["sizing"]["working_set_tokens"] > (offload["sizing"]["pool_tokens"]
-                                                             + offload["sizing"]["host_tier_tokens"])
+        if trial.mode in ("tiered", "lmcache_disk"):  # past GPU + RAM, and within the disk tier
+            assert sizing["pool_tokens"] + sizing["host_tier_tokens"] < sizing["working_set_tokens"] \
+                <= sizing["fs_tier_tokens"], trial.id
+        else:  # the reference campaign's 1.3x the GPU pool
+            assert sizing["ws_over_pool"] == 1.3, trial.id
+
+
+def test_a_ram_tier_too_small_to_stage_the_requests_in_flight_is_refused_before_the_lease() -> None:
+    """The H200's 2026-12-02 tiered run: a 2 GiB RAM tier under 4 requests of 13,728 tokens logged
+    "cannot store blocks" 934 times and its file-system tier never got a block."""
+    engine = {**VLLM, "gpus": [0], "rehearsal_model": "qwen3-32b",
+              "args": {"load-format": "dummy", "num-gpu-blocks-override": 5280}}
+    load = {"sessions": 8, "concurrency": 4, "history_tokens": 12000, "turns": 4, "turn_tokens": 400,
+            "output_tokens": 32}
+    assert setup("tiered", engine, workload=load, offload_gib=2, fs_gib=32)["skip"] == (
+        "the 2 GiB RAM tier (8,192 tokens) cannot stage the 4 requests in flight (4 x 13,728 tokens = 13.4 GiB): "
+        "vLLM writes the file-system tier through it, refuses to store ('cannot store blocks') and the "
+        "file-system tier is never reached; give offload_gib >= 13.4, or fewer requests in flight")
+    assert setup("tiered", engine, workload=load, offload_gib=14, fs_gib=32)["skip"] == ""
+    assert setup("tiered", engine, workload={**load, "concurrency": 1}, offload_gib=4, fs_gib=32)["skip"] == ""
+    # Two copies share the load: each stages half the requests in flight.
+    two = {**engine, "gpus": [0, 1]}
+    assert setup("tiered", two, workload=load, offload_gib=7, fs_gib=32, engine_copies=2)["skip"] == ""
+    # A RAM-only tier stages nothing below it; an unknown KV size cannot be judged before the run.
+    assert setup("native_cpu", engine, workload=load, offload_gib=2)["skip"] == ""
+    assert setup("tiered", {**VLLM, "gpus": [0]}, workload=load, offload_gib=2)["skip"] == ""
 
 
 def _campaign(engine: str, experiments: str) -> str:
