@@ -82,6 +82,13 @@ _TRANSFER_COUNTER = re.compile(r'^vllm:kv_offload_total_(bytes|time)(?:_total)?\
 # ... and the same in its periodic log line: "KV Transfer metrics: GPU_to_CPU_total_bytes=..., ..._total_time=..."
 _TRANSFER_LOG = re.compile(r"KV Transfer metrics: (.*)$", re.MULTILINE)
 _TRANSFER_FIELD = re.compile(r"\b(\w+?)_total_(bytes|time)=([0-9.eE+-]+)")
+# LMCache counts its own copies, one line per request (cache_engine.py; "GB" there is GiB: 8,192
+# tokens of 256 KiB log "size: 2.0000 GB"): "Stored 8192 out of total 8192 tokens. size: 2.0000 GB,
+# cost 447.7697 ms" (GPU -> its CPU tier) and "Retrieved 12288 out of 12288 required tokens (...).
+# size: 3.0000 gb, cost 1292.7225 ms" (its tier -> GPU).
+_LMCACHE_COPY = re.compile(r"\b(Stored|Retrieved) \d+ out of [^.]*\.[^\n]*?size: ([0-9.]+) gb, cost ([0-9.]+) ms",
+                           re.IGNORECASE)
+_LMCACHE_DIRECTION = {"stored": "gpu_to_cpu", "retrieved": "cpu_to_gpu"}
 
 
 def _metric_pairs(raw: Path) -> list[tuple[dict[str, float], dict[str, float]]]:
@@ -118,7 +125,8 @@ def _metric_rates(pairs: list[tuple[dict[str, float], dict[str, float]]]) -> dic
 def kv_transfers(pairs: list[tuple[dict[str, float], dict[str, float]]], windows: list[str]) -> dict[str, Any]:
     """Bytes each KV transfer type moved during the load, the seconds it took and the rate (GB/s),
     summed over engine copies: from the ``/metrics`` counter deltas, else from the connector's log
-    lines of the load (one per stats interval). Empty when the engine counts no transfers."""
+    lines of the load (one per stats interval), else from LMCache's own lines (one per request).
+    Empty when the engine counts no transfers."""
     moved: dict[str, dict[str, float]] = {}
     source = "metrics"
     for first, last in pairs:
@@ -134,6 +142,13 @@ def kv_transfers(pairs: list[tuple[dict[str, float], dict[str, float]]], windows
                 for what, kind, value in _TRANSFER_FIELD.findall(line.group(1)):
                     moved.setdefault(what.lower(), {}).setdefault(kind, 0.0)
                     moved[what.lower()][kind] += float(value)
+    if not moved:
+        source = "lmcache log"
+        for text in windows:
+            for verb, gib, ms in _LMCACHE_COPY.findall(text):
+                figures = moved.setdefault(_LMCACHE_DIRECTION[verb.lower()], {"bytes": 0.0, "time": 0.0})
+                figures["bytes"] += float(gib) * 2**30
+                figures["time"] += float(ms) / 1000
     out: dict[str, Any] = {}
     for what, figures in sorted(moved.items()):
         size, seconds = figures.get("bytes", 0.0), figures.get("time", 0.0)

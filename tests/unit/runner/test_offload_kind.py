@@ -172,9 +172,8 @@ def test_a_ram_tier_that_refused_to_store_says_so_in_the_row(tmp_path: Path) -> 
     (raw / "requests.jsonl").write_text(_requests(turns=3, sessions=4))
     (raw / "run.json").write_text(json.dumps({"ready_s": 156.5, "kv_bytes_per_token": 262144,
                                               "load": {"load_wall_s": 60.1, "turns_completed": 3}}))
-    params = MODES["tiered"].model_validate(
-        {"offload_gib": 2, "fs_gib": 32, "workload": {"sessions": 8, "history_tokens": 12000, "turns": 4,
-                                                       "turn_tokens": 400, "output_tokens": 32}}).model_dump(mode="json")
+    load = {"sessions": 8, "history_tokens": 12000, "turns": 4, "turn_tokens": 400, "output_tokens": 32}
+    params = MODES["tiered"].model_validate({"offload_gib": 2, "fs_gib": 32, "workload": load}).model_dump(mode="json")
     metrics = KIND.collect(TrialContext("tiered", params, {"args": {"num-gpu-blocks-override": 5280}}, tmp_path,
                                         "h200"))
     assert metrics["offload_store_refused"] == 25
@@ -225,3 +224,16 @@ def test_kv_transfers_fall_back_to_the_connectors_log_lines_of_the_load() -> Non
                                           "kv_gpu_to_cpu_gb": 3.0, "kv_gpu_to_cpu_s": 0.06, "kv_gpu_to_cpu_gb_s": 50.0,
                                           "kv_transfer_source": "log"}
     assert kv_transfers([], ["no connector here"]) == {}  # no figure is never a zero
+
+
+def test_lmcache_copies_are_read_from_its_own_log_lines() -> None:
+    """The H200's lmcache_cpu run (its log with 99,518 repeated platform lines dropped): LMCache has
+    no /metrics counters or connector lines; it logs each request's copy, size in GiB."""
+    from runner.experiments.offload.collect import kv_transfers
+
+    log = (FIXTURES / "vllm_logs/real/vllm-0.24.0-h200-offload_lmcache_cpu.log").read_text()
+    moved = kv_transfers([], [log])
+    # 45 stores: 26.75 GiB in 5.264 s; 24 retrievals: 70.4375 GiB in 36.368 s (LMCache on torch ops).
+    assert moved == {"kv_cpu_to_gpu_gb": 75.632, "kv_cpu_to_gpu_s": 36.368, "kv_cpu_to_gpu_gb_s": 2.08,
+                     "kv_gpu_to_cpu_gb": 28.723, "kv_gpu_to_cpu_s": 5.264, "kv_gpu_to_cpu_gb_s": 5.46,
+                     "kv_transfer_source": "lmcache log"}
