@@ -120,3 +120,19 @@ def test_an_extra_asked_for_later_still_brings_its_dependencies(tmp_path: Path, 
     done = build(tmp_path, index, "whtest-app==1.0", "whtest-app[gpu]==1.0")
     assert done.returncode == 0, done.stderr
     assert manifest(tmp_path)["wheels"]["whtest-heavy"]["needed_by"] == "whtest-app 1.0"
+
+
+def test_a_kept_node_version_reached_again_is_reported_once(tmp_path: Path) -> None:
+    """LMCache beside vLLM on the H200: a package walked again for a new extra said the same
+    "node version kept" line each time (protobuf, eight times)."""
+    folder = tmp_path / "index"
+    folder.mkdir()
+    make_wheel(folder, "whtest-mid", "1.0", ("whtest-leaf>=3", 'whtest-a; extra == "a"', 'whtest-b; extra == "b"'))
+    make_wheel(folder, "whtest-app", "1.0", ("whtest-mid[b]",))
+    for name in ("whtest-a", "whtest-b"):
+        make_wheel(folder, name, "1.0")
+    make_wheel(folder, "whtest-leaf", "3.0")
+    done = build(tmp_path, folder, "whtest-mid[a]==1.0", "whtest-app==1.0", node={"whtest-leaf": "2.0"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("node version kept: whtest-leaf 2.0 on the node") == 1, done.stdout
+    assert sorted(manifest(tmp_path)["wheels"]) == ["whtest-a", "whtest-app", "whtest-b", "whtest-mid"]

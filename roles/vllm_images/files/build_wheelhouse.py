@@ -168,8 +168,9 @@ def walk(requirements: list[str], resolved: dict, node: dict, overrides: dict[st
                 ok = False
             if parent != "requested" or ok:  # a requested version the node lacks is installed
                 from_node[name] = have[name]
-                if not ok:
-                    mismatches.append(f"{name} {have[name]} on the node; {parent} asks {name}{req.specifier}")
+                said = f"{name} {have[name]} on the node; {parent} asks {name}{req.specifier}"
+                if not ok and said not in mismatches:  # a package reached by many paths is said once
+                    mismatches.append(said)
                 continue
         if name in take:  # seen before: only extras it was not asked with yet add anything
             extras = set(req.extras) - take[name]["extras"]
