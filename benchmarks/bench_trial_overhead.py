@@ -21,6 +21,11 @@ and in all:
 
     .venv/bin/python benchmarks/bench_trial_overhead.py [--repeats 2] [--runs 3] [--modes a,b]
         [--no-ssh] [--no-follow] [--json] [--keep DIR]
+    .venv/bin/python benchmarks/bench_trial_overhead.py --from RESULTS_DIR [--from ...] [--json]
+
+``--from`` reads results folders a startup campaign already wrote (fetched from a GPU node, say)
+instead of running one: the campaign wall is its runs' time in ``run.json``, the trials' phases
+and job events are read from each trial's folder, wherever the node kept them.
 
 The stand-in's weights are made before the timed campaign, so every trial is alike (a real
 campaign's first trial also makes them). Other work on the machine changes these figures: read
@@ -110,9 +115,12 @@ def measured_windows(timings: dict[str, Any]) -> float:
     return window
 
 
-def split_phase(phase: dict[str, Any], window: float) -> PhaseSplit:
+def split_phase(phase: dict[str, Any], window: float, trial_dir: Path | None = None) -> PhaseSplit:
     split = PhaseSplit(total=float(phase["ended"]) - float(phase["started"]), window=window)
-    events = _events(Path(phase.get("artifact_dir") or "/nonexistent"))
+    artifacts = Path(phase.get("artifact_dir") or "/nonexistent")
+    if not artifacts.is_dir() and trial_dir is not None:  # a results folder fetched from the node
+        artifacts = trial_dir / "ansible" / "artifacts" / artifacts.name
+    events = _events(artifacts)
     starts = [e for e in events if e["event"] == "playbook_on_task_start"]
     stats = next((e for e in events if e["event"] == "playbook_on_stats"), None)
     if not starts or stats is None:
@@ -138,7 +146,7 @@ def analyse_trial(trial_dir: Path) -> TrialOverhead:
 
     # The phase that ran the timer; "measure" when the node's clock disagrees with the controller's.
     holder = next((p["name"] for p in record["phases"] if p["started"] <= started_at <= p["ended"]), "measure")
-    phases = {p["name"]: split_phase(p, window if p["name"] == holder else 0.0) for p in record["phases"]}
+    phases = {p["name"]: split_phase(p, window if p["name"] == holder else 0.0, trial_dir) for p in record["phases"]}
     in_phases = sum(p.total for p in phases.values())
     wall = float(record["ended"]) - float(record["started"])
     return TrialOverhead(record["id"], record["status"], wall, window, wall - in_phases, phases)
@@ -255,6 +263,16 @@ def bench(label: str, work: Path, inventory: Path, hosts: str, args: argparse.Na
     return summarise(label, walls, trials)
 
 
+def from_results(results: Path) -> dict[str, Any]:
+    """The same figures for a results folder a campaign already wrote."""
+    runs = (json.loads((results / "run.json").read_text()).get("runs") or [])
+    walls = [float(r["ended"]) - float(r["started"]) for r in runs if r.get("ended") and r.get("started")]
+    if not walls:
+        raise SystemExit(f"{results}/run.json: no finished run to measure")
+    trials = [analyse_trial(d) for d in sorted((results / "trials").iterdir()) if (d / "trial.json").is_file()]
+    return summarise(str(results), [sum(walls)], trials)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default=DEFAULT_MODES, help=f"startup modes (default {DEFAULT_MODES})")
@@ -265,7 +283,17 @@ def main() -> None:
     parser.add_argument("--no-follow", action="store_true", help="run the campaigns with --no-follow")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout instead of tables")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (results, artefacts)")
+    parser.add_argument("--from", dest="from_results", type=Path, action="append", default=[],
+                        help="analyse this results folder instead of running a campaign (repeatable)")
     args = parser.parse_args()
+    if args.from_results:
+        summaries = [from_results(path) for path in args.from_results]
+        if args.json:
+            json.dump({"results": summaries}, sys.stdout, indent=1)
+            print()
+        for summary in summaries if not args.json else ():
+            print_summary(summary)
+        return
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-trial-overhead-"))
     work.mkdir(parents=True, exist_ok=True)
     model = work / "model"
