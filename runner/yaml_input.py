@@ -187,4 +187,15 @@ def read_yaml(path: Path) -> tuple[str, Any, dict[Loc, int]]:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError, ValueError) as exc:  # composed fine, so rare: a bad tag value
         raise InputError(1, f"not valid YAML: {exc}") from exc
-    return text, data, line_map(node)
+    return text, _unshared(data), line_map(node)
+
+
+def _unshared(data: Any) -> Any:
+    """A copy in which no two places are one object. PyYAML gives every use of an alias (``*load``,
+    ``<<: *load``) the same dict, so an ``-e`` override of one mode's value changed every mode that
+    shares it; ``copy.deepcopy`` would keep the sharing. The alias bounds above keep this small."""
+    if isinstance(data, dict):
+        return {key: _unshared(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_unshared(value) for value in data]
+    return data

@@ -50,6 +50,27 @@ def test_json_and_file_overrides_merge_leaves(write_campaign: Callable[[str], Pa
     assert engine.args == {"max-model-len": 4096, "enforce-eager": True, "gpu-memory-utilization": 0.5}
 
 
+def test_an_override_of_one_mode_leaves_the_modes_sharing_its_alias_alone(
+        write_campaign: Callable[[str], Path]) -> None:
+    """YAML aliases are one object in PyYAML: ``-e ...tiered.workload.sessions=16`` changed every
+    mode written ``workload: *load`` or ``<<: *load`` too."""
+    path = write_campaign("""\
+name: demo
+inventory: inventory
+engine: {kind: stand-in, model: /models/m}
+experiments:
+  - kind: offload
+    modes:
+      hbm_only: {workload: &load {sessions: 8, concurrency: 4}}
+      native_cpu: {workload: *load, offload_gib: 1}
+      tiered: {workload: {<<: *load, concurrency: 2}, offload_gib: 1}
+""")
+    loaded = load_campaign(path, overrides=parse_overrides(["experiments.0.modes.hbm_only.workload.sessions=16"]))
+    sessions = {mode: params["workload"]["sessions"] for mode, params in loaded.modes[0].items()}
+    assert sessions == {"hbm_only": 16, "native_cpu": 8, "tiered": 8}
+    assert loaded.modes[0]["tiered"]["workload"]["concurrency"] == 2
+
+
 def test_an_override_error_names_the_option_not_a_line(write_campaign: Callable[[str], Path]) -> None:
     path = write_campaign(CAMPAIGN)
     with pytest.raises(SpecError) as info:
