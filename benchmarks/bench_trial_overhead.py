@@ -265,6 +265,8 @@ def bench(label: str, work: Path, inventory: Path, hosts: str, args: argparse.Na
 
 def from_results(results: Path) -> dict[str, Any]:
     """The same figures for a results folder a campaign already wrote."""
+    if not (results / "run.json").is_file() or not (results / "trials").is_dir():
+        raise SystemExit(f"{results}: not a results folder with its trials (run.json and trials/ expected)")
     runs = (json.loads((results / "run.json").read_text()).get("runs") or [])
     walls = [float(r["ended"]) - float(r["started"]) for r in runs if r.get("ended") and r.get("started")]
     if not walls:

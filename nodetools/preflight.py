@@ -26,6 +26,7 @@ from nodetools.vllm_cli import subcommand_reasons
 __all__ = ["check", "main", "module_reasons"]
 
 _IMPORT_CHECK = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+IMPORT_TIMEOUT_S = 120  # a Python that cannot look a module up in this long will not start an engine either
 
 
 def _gpu_reasons(gpus: list[int], max_used_mib: int) -> list[str]:
@@ -46,8 +47,11 @@ def module_reasons(python: str, module: str, pythonpath: str = "") -> list[str]:
     if not python or not Path(python).exists():
         return [f"python {python!r} for the engine does not exist"]
     env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
-    done = subprocess.run([python, "-c", _IMPORT_CHECK, module], check=False, capture_output=True, env=env,
-                          timeout=120)
+    try:
+        done = subprocess.run([python, "-c", _IMPORT_CHECK, module], check=False, capture_output=True, env=env,
+                              timeout=IMPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return [f"python {python} did not say within {IMPORT_TIMEOUT_S} s whether it has module {module}"]
     if done.returncode == 0:
         return []
     where = f" (PYTHONPATH {pythonpath})" if pythonpath else ""

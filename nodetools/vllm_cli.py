@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from typing import Any
 
 from nodetools.proc import run_captured
@@ -26,6 +27,8 @@ def serve_split(launch: dict[str, Any], mode: str) -> tuple[list[str], list[str]
     if "serve" not in argv[:4]:
         return [], [], f"{mode} needs a vLLM serve command line (vllm serve MODEL ...), not {argv[:3]}"
     at = argv.index("serve")
+    if at + 1 >= len(argv):
+        return [], [], f"{mode} needs the model after serve, not {argv}"
     return argv[:at], argv[at + 1:], ""
 
 
@@ -38,7 +41,10 @@ def subcommand_reasons(launch: dict[str, Any], subcommand: str, mode: str) -> li
     if shutil.which(vllm[0]) is None:
         return [f"{shown} is not available: {vllm[0]} not found"]
     env = {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}}
-    done = run_captured([*vllm, subcommand, "--help"], HELP_TIMEOUT_S, env)
+    try:
+        done = run_captured([*vllm, subcommand, "--help"], HELP_TIMEOUT_S, env)
+    except subprocess.TimeoutExpired:
+        return [f"{shown} did not answer --help within {HELP_TIMEOUT_S} s"]
     if done.returncode == 0:
         return []
     said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]

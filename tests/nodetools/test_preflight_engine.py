@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nodetools import exitcodes
 from nodetools.coldstart import Timer
 
@@ -107,3 +109,17 @@ def test_preload_runs_the_launchs_own_vllm_command(tmp_path: Path) -> None:
     assert json.loads(record.read_text()) == [
         "preload", "--model", "/models/q", "--weight-cache-health-port", str(launch["preload_port"])]
     assert timer.out["preload_ready_s"] >= 0
+
+
+def test_a_vllm_that_does_not_answer_is_a_reason_not_a_hang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodetools import vllm_cli
+
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nsleep 5\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(vllm_cli, "HELP_TIMEOUT_S", 0.3)
+    launch = {"argv": [str(slow), "-m", "vllm.entrypoints.cli.main", "serve", "/models/q"]}
+    assert vllm_cli.subcommand_reasons(launch, "preload", "preload") == [
+        f"'{slow} -m vllm.entrypoints.cli.main preload' did not answer --help within 0.3 s"]
+    assert vllm_cli.serve_split({"argv": ["vllm", "serve"]}, "preload")[2] == (
+        "preload needs the model after serve, not ['vllm', 'serve']")

@@ -81,7 +81,8 @@ def _transfers(shown: Any) -> str:
     table = shown[["mode", "repeat", *sorted(cols), *(["kv_transfer_source"] if "kv_transfer_source" in shown
                                                         else [])]]
     return ("\nKV bytes moved per transfer type during the load (GB, seconds the engine spent, GB/s), as the engine "
-            "counted them (`kv_transfer_source`: its `/metrics` counters, else its log lines):\n\n"
+            "counted them (`kv_transfer_source`: its `/metrics` counters, else its connector's log lines, else "
+            "LMCache's own lines):\n\n"
             + markdown_table(table))
 
 

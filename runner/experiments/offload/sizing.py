@@ -10,11 +10,13 @@ from the ``config.json`` the node read (``run.json``), never from a pool that
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nodetools.loadgen.workload import with_chat_template
 from nodetools.model_shapes import PRESETS
 from runner.experiments.offload.params import WorkloadParams
 
@@ -129,16 +131,19 @@ def staging_shortfall(params: Mapping[str, Any], engine: Mapping[str, Any]) -> s
         return ""
     workload = WorkloadParams(**(params.get("workload") or {})).workload()
     copies = int(params.get("engine_copies") or 1)
-    in_flight = -(-min(workload.concurrency, workload.sessions) // copies)  # per engine copy
-    need = in_flight * workload.context_tokens()
-    host_tokens = int(host_gib * GIB / kv_bytes)
-    if host_tokens >= need:
+    # Sessions are tied to copies round-robin while the load's workers share one queue, so one copy
+    # can hold as many requests as it has sessions, up to the load's concurrency.
+    in_flight = min(workload.concurrency, -(-workload.sessions // copies))
+    block = _int(engine_arg(engine.get("args") or {}, "block-size")) or VLLM_BLOCK_TOKENS
+    request = -(-with_chat_template(workload.context_tokens()) // block) * block  # whole blocks, template in
+    need_bytes = in_flight * request * kv_bytes
+    if host_gib * GIB >= need_bytes:
         return ""
-    need_gib = need * kv_bytes / GIB
-    return (f"the {host_gib:g} GiB RAM tier ({host_tokens:,} tokens) cannot stage the {in_flight} requests in "
-            f"flight ({in_flight} x {workload.context_tokens():,} tokens = {need_gib:.1f} GiB): vLLM writes the "
-            "file-system tier through it, refuses to store ('cannot store blocks') and the file-system tier "
-            f"is never reached; give offload_gib >= {need_gib:.1f}, or fewer requests in flight")
+    need_gib = math.ceil(need_bytes / GIB * 10) / 10  # up: the figure given must pass
+    return (f"the {host_gib:g} GiB RAM tier ({int(host_gib * GIB / kv_bytes):,} tokens) cannot stage the "
+            f"{in_flight} requests in flight on an engine copy ({in_flight} x {request:,} tokens = {need_gib:.1f} "
+            "GiB): vLLM writes the file-system tier through it, refuses to store ('cannot store blocks') and the "
+            f"file-system tier is never reached; give offload_gib >= {need_gib:.1f}, or fewer requests in flight")
 
 
 def store_refusals(logs: list[Path]) -> int:

@@ -132,15 +132,21 @@ def test_a_ram_tier_too_small_to_stage_the_requests_in_flight_is_refused_before_
               "args": {"load-format": "dummy", "num-gpu-blocks-override": 5280}}
     load = {"sessions": 8, "concurrency": 4, "history_tokens": 12000, "turns": 4, "turn_tokens": 400,
             "output_tokens": 32}
+    # 13,728 tokens a session, 13,897 with the chat template: 869 blocks of 16 = 13,904 tokens.
     assert setup("tiered", engine, workload=load, offload_gib=2, fs_gib=32)["skip"] == (
-        "the 2 GiB RAM tier (8,192 tokens) cannot stage the 4 requests in flight (4 x 13,728 tokens = 13.4 GiB): "
-        "vLLM writes the file-system tier through it, refuses to store ('cannot store blocks') and the "
-        "file-system tier is never reached; give offload_gib >= 13.4, or fewer requests in flight")
-    assert setup("tiered", engine, workload=load, offload_gib=14, fs_gib=32)["skip"] == ""
+        "the 2 GiB RAM tier (8,192 tokens) cannot stage the 4 requests in flight on an engine copy (4 x 13,904 "
+        "tokens = 13.6 GiB): vLLM writes the file-system tier through it, refuses to store ('cannot store "
+        "blocks') and the file-system tier is never reached; give offload_gib >= 13.6, or fewer requests in flight")
+    assert setup("tiered", engine, workload=load, offload_gib=13.6, fs_gib=32)["skip"] == ""  # the figure given
+    assert setup("tiered", engine, workload=load, offload_gib=13.5, fs_gib=32)["skip"] != ""
     assert setup("tiered", engine, workload={**load, "concurrency": 1}, offload_gib=4, fs_gib=32)["skip"] == ""
-    # Two copies share the load: each stages half the requests in flight.
+    # Sessions go to copies round-robin and the workers share one queue: a copy can hold as many
+    # requests as it has sessions (up to the concurrency), not an even share of the concurrency.
     two = {**engine, "gpus": [0, 1]}
-    assert setup("tiered", two, workload=load, offload_gib=7, fs_gib=32, engine_copies=2)["skip"] == ""
+    assert "4 requests in flight on an engine copy" in setup(
+        "tiered", two, workload=load, offload_gib=7, fs_gib=32, engine_copies=2)["skip"]
+    assert setup("tiered", two, workload={**load, "sessions": 4}, offload_gib=7, fs_gib=32,
+                 engine_copies=2)["skip"] == ""  # 2 sessions a copy: 2 x 13,904 tokens = 6.8 GiB
     # A RAM-only tier stages nothing below it; an unknown KV size cannot be judged before the run.
     assert setup("native_cpu", engine, workload=load, offload_gib=2)["skip"] == ""
     assert setup("tiered", {**VLLM, "gpus": [0]}, workload=load, offload_gib=2)["skip"] == ""
