@@ -61,6 +61,7 @@ from nodetools.pagecache import resident_fraction
 from nodetools.proc import (
     group_members,
     interrupt_on_term,
+    launch_env,
     port_open,
     start_time,
     stop_child_group,
@@ -131,7 +132,7 @@ class Timer:
         return t
 
     def _spawn(self, argv: list[str], log_path: Path, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
-        env = {**os.environ, **{k: str(v) for k, v in (self.launch.get("env") or {}).items()}}
+        env = launch_env(self.launch)
         with log_path.open("ab") as log:
             return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, pass_fds=pass_fds)

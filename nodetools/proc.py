@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "PROC", "become_subreaper", "group_members", "interrupt_on_term", "is_running", "port_open",
+    "PROC", "become_subreaper", "group_members", "interrupt_on_term", "is_running", "launch_env", "port_open",
     "reap_adopted_zombies", "run_captured", "start_time", "stat_fields", "stat_ids", "state", "stop_child_group",
     "stop_group", "term_as_interrupt", "wait_gone", "write_json_atomic",
 ]
@@ -117,6 +117,12 @@ def stop_group(pgid: int, grace_s: float = 60) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def launch_env(launch: dict[str, Any]) -> dict[str, str]:
+    """This process's environment with a launch file's ``env`` on top: what the engine (and any
+    vLLM command beside it) runs with."""
+    return {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}}
 
 
 def run_captured(argv: list[str], timeout: float, env: dict[str, str] | None = None

@@ -7,12 +7,11 @@ Stdlib only: this runs on the node.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from typing import Any
 
-from nodetools.proc import run_captured
+from nodetools.proc import launch_env, run_captured
 
 __all__ = ["HELP_TIMEOUT_S", "serve_split", "subcommand_reasons"]
 
@@ -40,9 +39,8 @@ def subcommand_reasons(launch: dict[str, Any], subcommand: str, mode: str) -> li
     shown = f"'{' '.join(vllm)} {subcommand}'"
     if shutil.which(vllm[0]) is None:
         return [f"{shown} is not available: {vllm[0]} not found"]
-    env = {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}}
     try:
-        done = run_captured([*vllm, subcommand, "--help"], HELP_TIMEOUT_S, env)
+        done = run_captured([*vllm, subcommand, "--help"], HELP_TIMEOUT_S, launch_env(launch))
     except subprocess.TimeoutExpired:
         return [f"{shown} did not answer --help within {HELP_TIMEOUT_S} s"]
     if done.returncode == 0:

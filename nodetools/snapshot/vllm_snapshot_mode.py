@@ -19,7 +19,7 @@ import subprocess
 import time
 
 from nodetools import exitcodes
-from nodetools.proc import run_captured, stop_child_group, stop_group
+from nodetools.proc import launch_env, run_captured, stop_child_group, stop_group
 from nodetools.snapshot import cuda_tool, images
 from nodetools.snapshot.engine_run import EngineRun
 from nodetools.snapshot.io_uring import IoUringOff
@@ -36,7 +36,7 @@ class VllmSnapshotRun(EngineRun):
             self.out["error"] = why
             return exitcodes.BAD_INPUT
         model, flags = rest[0], rest[1:]
-        env = {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}, "HF_HUB_OFFLINE": "1"}
+        env = {**launch_env(launch), "HF_HUB_OFFLINE": "1"}
         if self.args.libdir:
             env["CRIU_CUDA_PLUGIN_DIR"] = self.args.libdir
         self.out["cuda_checkpoint_tool"] = cuda_tool.identify(cuda_tool.PLUGIN_RUNS)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main
+from tests.support.mock_vllm import mock_vllm_site
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -36,12 +37,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def mock_vllm_site(root: Path) -> Path:
-    pkg = root / "vllm" / "entrypoints" / "cli"
-    pkg.mkdir(parents=True)
-    for folder in (root / "vllm", root / "vllm" / "entrypoints", pkg):
-        (folder / "__init__.py").write_text('"""MOCK vllm package for tests."""\n')
-    (pkg / "main.py").write_text(MOCK_CLI)
+def mock_site(root: Path) -> Path:
+    mock_vllm_site(root, MOCK_CLI)
     # The fastsafetensors loader's package, found (like vLLM) only on the engine's PYTHONPATH.
     (root / "fastsafetensors").mkdir()
     (root / "fastsafetensors" / "__init__.py").write_text('"""MOCK fastsafetensors package for tests."""\n')
@@ -50,7 +47,7 @@ def mock_vllm_site(root: Path) -> Path:
 
 def test_vllm_process_engine_from_a_target_folder_on_a_made_rehearsal_model(
         write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
-    site = mock_vllm_site(tmp_path / "mock-vllm-site")
+    site = mock_site(tmp_path / "mock-vllm-site")
     model = tmp_path / "models" / "rehearsal"
     path = write_campaign(f"""\
 name: vllm-process-rehearsal

@@ -19,6 +19,7 @@ import pytest
 
 from nodetools import exitcodes
 from nodetools.coldstart import Timer
+from tests.support.mock_vllm import mock_vllm_site
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,15 +40,6 @@ if args.cmd == "preload":
     s.bind(("127.0.0.1", args.weight_cache_health_port)); s.listen()
     time.sleep(60)
 '''
-
-
-def mock_vllm_site(root: Path) -> Path:
-    cli = root / "vllm" / "entrypoints" / "cli"
-    cli.mkdir(parents=True)
-    for folder in (root / "vllm", root / "vllm" / "entrypoints", cli):
-        (folder / "__init__.py").write_text('"""MOCK vllm package for tests."""\n')
-    (cli / "main.py").write_text(MOCK_VLLM_MAIN)
-    return root
 
 
 def free_port() -> int:
@@ -80,7 +72,7 @@ def launch_of(site: Path, **env: str) -> dict:
 
 
 def test_a_vllm_without_preload_is_a_skip_reason_in_its_own_words(tmp_path: Path) -> None:
-    launch = launch_of(mock_vllm_site(tmp_path / "site"))
+    launch = launch_of(mock_vllm_site(tmp_path / "site", MOCK_VLLM_MAIN))
     reasons = preflight("--vllm-subcommand", "preload", "--launch-json", json.dumps(launch))
     assert len(reasons) == 1 and reasons[0].startswith(
         f"'{sys.executable} -m vllm.entrypoints.cli.main preload' is not available (this vLLM has no preload "
@@ -97,7 +89,7 @@ def test_a_vllm_without_preload_is_a_skip_reason_in_its_own_words(tmp_path: Path
 
 def test_preload_runs_the_launchs_own_vllm_command(tmp_path: Path) -> None:
     record = tmp_path / "preload-argv.json"
-    launch = {**launch_of(mock_vllm_site(tmp_path / "site"), MOCK_VLLM_PRELOAD=str(record)),
+    launch = {**launch_of(mock_vllm_site(tmp_path / "site", MOCK_VLLM_MAIN), MOCK_VLLM_PRELOAD=str(record)),
               "preload_port": free_port()}
     timer = Timer(launch, tmp_path / "server.log", 0.05, 60)
     try:

@@ -210,7 +210,7 @@ def _round(value: Any, digits: int = 4) -> float | None:
 
 
 def _tiers(ctx: TrialContext, raw: Path, run: Mapping[str, Any], logs: list[dict[str, Any]],
-           live: int) -> dict[str, Any]:
+           live: int, refused: int) -> dict[str, Any]:
     """The working set against the GPU pool the log states and the tiers, in numbers and words."""
     params = ctx.params
     recipe = params.get("recipe") or {}
@@ -233,8 +233,7 @@ def _tiers(ctx: TrialContext, raw: Path, run: Mapping[str, Any], logs: list[dict
         out["fs_tier_tokens"] = fs_tokens
     ws = live or planned
     out.update(working_set(ws, sessions, kv_tokens, host_tokens, bool(recipe.get("fs"))))
-    refused = store_refusals(copy_logs(raw)) if host_gib else 0
-    if refused:
+    if refused and host_gib:
         out["offload_store_refused"] = refused
         out["tier_note"] = (out.get("tier_note", "") + f"; the engine refused to store blocks {refused:,} times "
                             "('cannot store blocks'): the RAM tier had no room for the requests in flight, so "
@@ -267,7 +266,7 @@ def collect(ctx: TrialContext) -> dict[str, Any]:
             metrics[f"external_hit_tokens_{key[5:]}"] = int(value)
     windows = [_load_window(path, offsets[i] if i < len(offsets) else {}) for i, path in enumerate(copy_logs(raw))]
     metrics.update(kv_transfers(pairs, windows))
-    metrics.update(_tiers(ctx, raw, run, logs, metrics.pop("live_context_tokens")))
+    metrics.update(_tiers(ctx, raw, run, logs, metrics.pop("live_context_tokens"), store_refusals(windows)))
     load = run.get("load") or {}
     metrics["weights"] = weights_label(ctx.engine) or None
     metrics["ready_s"] = run.get("ready_s")

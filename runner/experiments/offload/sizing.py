@@ -20,14 +20,14 @@ from nodetools.loadgen.workload import with_chat_template
 from nodetools.model_shapes import PRESETS
 from runner.experiments.offload.params import WorkloadParams
 
-__all__ = ["GIB", "STORE_REFUSED", "VLLM_BLOCK_TOKENS", "engine_arg", "host_tier_tokens", "plan_sizing",
-           "sizes_note", "staging_shortfall", "stated_host_tokens", "store_refusals", "working_set"]
+__all__ = ["GIB", "VLLM_BLOCK_TOKENS", "engine_arg", "host_tier_tokens", "plan_sizing", "sizes_note",
+           "staging_shortfall", "stated_host_tokens", "store_refusals", "working_set"]
 
 GIB = 2**30
 _STANDIN_HOST_TIER = re.compile(r"\[stand-in\] host-RAM KV tier: [\d.]+ GiB = ([\d,]+) tokens")
 VLLM_BLOCK_TOKENS = 16  # vLLM's KV block on CUDA unless engine.args block-size says otherwise
 # vLLM's scheduler when the offload tier has no room for a request's blocks (they are not offloaded).
-STORE_REFUSED = re.compile(r"Request \S+: cannot store blocks")
+_STORE_REFUSED = re.compile(r"Request \S+: cannot store blocks")
 
 
 def engine_arg(args: Mapping[str, Any], flag: str) -> Any:
@@ -146,9 +146,10 @@ def staging_shortfall(params: Mapping[str, Any], engine: Mapping[str, Any]) -> s
             f"file-system tier is never reached; give offload_gib >= {need_gib:.1f}, or fewer requests in flight")
 
 
-def store_refusals(logs: list[Path]) -> int:
-    """How often the engine said an offload tier had no room for a request's blocks."""
-    return sum(len(STORE_REFUSED.findall(p.read_text(errors="replace"))) for p in logs if p.is_file())
+def store_refusals(texts: list[str]) -> int:
+    """How often the engine said an offload tier had no room for a request's blocks (in the log
+    text already read: the load's window of every copy)."""
+    return sum(len(_STORE_REFUSED.findall(text)) for text in texts)
 
 
 def host_tier_tokens(stated: list[int], host_gib: float, kv_tokens: int | None, kv_gib: float | None,
