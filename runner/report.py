@@ -43,7 +43,9 @@ SUMMARY_JSON_FORMAT = 1
 
 def _load_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
     """Every trial record; an ok trial's metrics are collected again from its raw files, so a
-    report rebuilt by a newer version of a parser reflects it (stored metrics stay if that fails)."""
+    report rebuilt by a newer version of a parser reflects it. Stored metrics stay where that fails,
+    and those it cannot recompute stay beside the new ones (a results folder copied without its
+    largest logs, e.g. a CRIU dump.log, keeps what the run read from them)."""
     records = {}
     for record in store.iter_trials():
         if "id" not in record:
@@ -53,7 +55,7 @@ def _load_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
             ctx = TrialContext(record["mode"], record.get("params") or {}, record.get("engine") or {},
                                store.trial_dir(record["id"]), record["host"])
             try:
-                record["metrics"] = kind.collect(ctx)
+                record["metrics"] = {**(record.get("metrics") or {}), **kind.collect(ctx)}
             except Exception:  # the stored metrics of the run stand
                 logger.warning("could not collect %s again; keeping its stored metrics", record["id"], exc_info=True)
         records[record["id"]] = record

@@ -126,11 +126,16 @@ def _tool(timings: dict[str, Any]) -> str | None:
 def _criu_metrics(raw: Path, timings: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     restores = timings.get("restores") or []
+    phases: list[dict[str, float]] = []
     for record in restores:  # one per page-cache state, from the same image
         cache = record["cache"]
         out[f"restore_{cache}_s"] = record.get("restore_s")
         out[f"restore_{cache}_to_first_token_s"] = record.get("restore_to_first_token_s")
         out[f"lazy_pages_done_{cache}_s"] = record.get("lazy_pages_done_s")
+        log = raw / f"restore-{cache}.log"
+        phases.append(restore_phases(log.read_text(errors="replace")) if log.is_file() else {})
+        # How fast CRIU read this restore's pages in, whatever held them (disk, page cache, RAM).
+        out[f"restore_{cache}_pages_gb_s"] = phases[-1].get("restore_pages_gb_s")
     if restores:
         first = restores[0]
         out["restore_cache"] = first["cache"]
@@ -139,9 +144,7 @@ def _criu_metrics(raw: Path, timings: dict[str, Any]) -> dict[str, Any]:
         out["first_answer_after_restore_s"] = (first.get("answers_s") or [None])[0]
         if "first_token_before_image_read" in first:
             out["first_token_before_image_read"] = first["first_token_before_image_read"]
-        log = raw / f"restore-{first['cache']}.log"
-        if log.is_file():
-            out.update(restore_phases(log.read_text(errors="replace")))
+        out.update(phases[0])
         lazy = raw / f"lazy-pages-{first['cache']}.log"
         if lazy.is_file():
             out.update(lazy_pages_stats(lazy.read_text(errors="replace")))

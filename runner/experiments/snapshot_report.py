@@ -26,7 +26,8 @@ GIB = 2**30
 
 COLUMNS = ("first_token_s", "dump_s", "image_gib", "gpu_gib", "images_fs", "restore_cache", "restore_s",
            "restore_to_first_token_s", "restore_dropped_s", "restore_dropped_to_first_token_s", "restore_warm_s",
-           "restore_warm_to_first_token_s", "restore_gpu_s", "image_resident_fraction", "port_free_after_dump",
+           "restore_warm_to_first_token_s", "restore_gpu_s", "restore_pages_gib", "restore_pages_s",
+           "restore_dropped_pages_gb_s", "restore_warm_pages_gb_s", "image_resident_fraction", "port_free_after_dump",
            "speedup_vs_start", "answer_before_dump_s", "first_answer_after_restore_s", "answer_after_restore_s",
            "lazy_pages", "lazy_pages_done_dropped_s", "lazy_pages_done_warm_s", "first_token_before_image_read",
            "lazy_page_faults", "network_lock", "io_uring_disabled", "cuda_plugin", "cuda_checkpoint_tool", "lock_s",
@@ -36,7 +37,8 @@ _TIMES = ("first_token_s", "dump_s", "image_gib", "images_fs", "restore_s", "res
           "restore_to_first_token_s", "speedup_vs_start", "lock_s", "checkpoint_s", "unlock_s", "gpu_mem_mib_before",
           "gpu_mem_mib_while", "gpu_mem_mib_after", "create_s", "artifact_gib")
 _SETTINGS = ("network_lock", "io_uring_disabled", "cuda_plugin", "cuda_checkpoint_tool", "port_free_after_dump",
-             "restore_gpu_s", "image_resident_fraction", "answer_before_dump_s", "first_answer_after_restore_s",
+             "restore_gpu_s", "restore_pages_s", "restore_dropped_pages_gb_s", "restore_warm_pages_gb_s",
+             "image_resident_fraction", "answer_before_dump_s", "first_answer_after_restore_s",
              "answer_after_restore_s", "lazy_pages_done_dropped_s", "first_token_before_image_read",
              "lazy_page_faults")
 _STARTS = {"first_start": "cold start (empty caches)", "disk_cold": "start with persisted caches",
@@ -113,8 +115,16 @@ def _expected(ok: Any, root: Path) -> list[dict[str, Any]]:
             "h2d_gb_s": h2d, "h2d_rate_from": "mode parameter" if _median(group, "h2d_gb_s") else h2d_source,
             "expected_restore_s": expected, "measured_restore_s": measured,
             "measured_over_expected": round(measured / expected, 2) if expected and measured else None,
-            "gpu_part_from_log_s": _median(group, "restore_gpu_s")})
+            "gpu_part_from_log_s": _median(group, "restore_gpu_s"),
+            # What CRIU's log itself accounts for: its restorer reading the pages in, then the plugin.
+            "pages_part_from_log_s": _median(group, "restore_pages_s"),
+            "criu_page_read_gb_s": _median(group, "restore_dropped_pages_gb_s"),
+            "log_explains_s": _sum_or_none(_median(group, "restore_pages_s"), _median(group, "restore_gpu_s"))})
     return out
+
+
+def _sum_or_none(*parts: float | None) -> float | None:
+    return None if any(p is None for p in parts) else round(sum(p for p in parts if p is not None), 3)
 
 
 def _side_by_side(ok: Any, root: Path) -> list[dict[str, Any]]:
@@ -172,7 +182,11 @@ def section(frame: Any, root: Path) -> str:
         lines.append("\nCRIU restore from its images against the node's rates: expected = image / disk read rate + "
                      "GPU memory / host-to-GPU rate (medians; the disk rate from `disk_read_gb_s` or a storage "
                      "trial of this campaign, the host-to-GPU rate from `h2d_gb_s` or this campaign's "
-                     "cuda_checkpoint restores; a rate neither gives leaves the expectation empty):\n")
+                     "cuda_checkpoint restores; a rate neither gives leaves the expectation empty). CRIU's own log "
+                     "splits the measured restore: its restorer reading the pages into the processes' memory "
+                     "(`pages_part_from_log_s`, at `criu_page_read_gb_s`: where that rate is near the same from "
+                     "disk, page cache and tmpfs, CRIU's page restore is the limit, not the disk) and the CUDA "
+                     "plugin's GPU part:\n")
         lines.append(markdown_table(pd.DataFrame(expected)))
     side = _side_by_side(ok, root) if len(ok) else []
     if side:

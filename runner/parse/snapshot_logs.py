@@ -103,14 +103,28 @@ def _stamp(text: str, marker: str, last: bool = False) -> float | None:
     return float(found[-1 if last else 0]) if found else None
 
 
+_PREADV = re.compile(_STAMP + r" pie: \d+: Preadv ", re.MULTILINE)
+_RETURNED = re.compile(_STAMP + r" pie: \d+: `- returned (\d+)", re.MULTILINE)
+
+
 def restore_phases(text: str) -> dict[str, float]:
     """From a ``criu restore -v4`` log: ``restore_gpu_s``, the CUDA plugin's GPU part ("resuming
-    devices" to "finished cuda_plugin stage 2"), and ``restore_log_s``, CRIU's own clock at its last
-    line; the rest of a restore is reading the image into memory. Absent lines, absent keys."""
+    devices" to "finished cuda_plugin stage 2"); the pages CRIU's restorer read into the processes'
+    memory (its ``Preadv`` calls: ``restore_pages_gib`` returned, ``restore_pages_s`` from the first
+    call to the last return, ``restore_pages_gb_s``, decimal); and ``restore_log_s``, CRIU's own clock
+    at its last line. Absent lines, absent keys."""
     out: dict[str, float] = {}
     resumed, finished = _stamp(text, "cuda_plugin: resuming devices"), _stamp(text, "finished cuda_plugin stage 2")
     if resumed is not None and finished is not None and finished >= resumed:
         out["restore_gpu_s"] = round(finished - resumed, 3)
+    first_read, returned = _PREADV.search(text), _RETURNED.findall(text)
+    if first_read and returned:
+        read = sum(int(n) for _, n in returned)
+        span = float(returned[-1][0]) - float(first_read.group(1))
+        out["restore_pages_gib"] = round(read / 2**30, 3)
+        out["restore_pages_s"] = round(span, 3)
+        if span > 0:
+            out["restore_pages_gb_s"] = round(read / 1e9 / span, 3)
     stamps = re.findall(_STAMP, text, flags=re.MULTILINE)
     if stamps:
         out["restore_log_s"] = float(stamps[-1])

@@ -95,6 +95,25 @@ def test_a_restore_log_splits_into_memory_and_gpu() -> None:
     assert restore_phases("(00.07) Restore finished successfully.\n") == {"restore_log_s": 0.07}
 
 
+# From the H200's 0.30 restore from tmpfs (2026-12-02), two of its 31 reads cut out: 2 GiB a call.
+H200_RESTORE_PAGES = """\
+(00.142685) pie: 10488: Preadv 0x7f2a1c000000:4096... (3 iovs)
+(00.143001) pie: 10488: `- returned 12288
+(02.296559) pie: 10553: Preadv 0x7fb5d72ed000:751915008... (15 iovs)
+(03.632885) pie: 10553: `- returned 2147479552
+(03.632900) pie: 10553: Preadv 0x7fb657200000:-1395548160... (15 iovs)
+(04.990000) pie: 10553: `- returned 2147479552
+(05.100000) Restore finished successfully. Tasks resumed.
+"""
+
+
+def test_a_restore_log_says_how_fast_criu_read_the_pages_in() -> None:
+    out = restore_phases(H200_RESTORE_PAGES)
+    assert out["restore_pages_gib"] == 4.0  # 2 x (2 GiB - 4 KiB) + 12 KiB
+    assert out["restore_pages_s"] == 4.847 and out["restore_pages_gb_s"] == 0.886
+    assert "restore_pages_gib" not in restore_phases(H200_RESTORE)  # no -v4 page lines: no figure
+
+
 def test_lazy_pages_stats_count_faults_and_pages() -> None:
     text = ("(00.3) uffd: 3252-12: #PF at 0x7f51b11b7000\n(00.31) uffd: 3252-12: #PF at 0x7f51b11c1000\n"
             "(00.40) uffd: 3252-12: UFFD transferred pages: (7838/7838)\n"

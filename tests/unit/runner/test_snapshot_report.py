@@ -55,8 +55,11 @@ def raw_folder(tmp_path: Path, timings: dict[str, Any], logs: dict[str, str]) ->
 
 def test_criu_metrics_from_the_raw_files(tmp_path: Path) -> None:
     ctx = raw_folder(tmp_path, criu_timings(), {"restore-dropped.log": H200_RESTORE_LOG,
+                                                "restore-warm.log": "(00.10) pie: 7: Preadv 0x7f00:0... (9 iovs)\n"
+                                                                    "(01.10) pie: 7: `- returned 2000000000\n",
                                                 "dump.log": "(01.2) cuda_plugin: pausing devices on pid 1843\n"})
     metrics = KIND.collect(ctx)
+    assert metrics["restore_warm_pages_gb_s"] == 2.0 and "restore_dropped_pages_gb_s" not in metrics
     assert {k: metrics[k] for k in ("restore_s", "restore_dropped_s", "restore_warm_s", "restore_cache",
                                     "restore_dropped_to_first_token_s", "restore_warm_to_first_token_s")} == {
         "restore_s": 19.09, "restore_dropped_s": 19.09, "restore_warm_s": 8.1, "restore_cache": "dropped",
@@ -108,7 +111,7 @@ def test_the_section_puts_the_restore_against_the_nodes_rates_and_every_path_sid
                {"first_token_s": 39.61, "dump_s": 22.92, "image_gib": 22.4, "gpu_gib": 21.722, "images_fs": "ext4",
                 "restore_s": 19.09, "restore_dropped_s": 19.09, "restore_dropped_to_first_token_s": 19.43,
                 "restore_warm_s": 8.1, "restore_warm_to_first_token_s": 8.4, "restore_to_first_token_s": 19.43,
-                "lazy_pages": False, "restore_gpu_s": 4.2},
+                "lazy_pages": False, "restore_gpu_s": 4.2, "restore_pages_s": 14.1, "restore_dropped_pages_gb_s": 1.7},
                {"disk_read_gb_s": 1.75}),
         record("gmu015.cuda_checkpoint.r1@h200", "snapshot", "cuda_checkpoint",
                {"first_token_s": 98.69, "restore_s": 4.4794, "restore_to_first_token_s": 4.6094,
@@ -125,10 +128,11 @@ def test_the_section_puts_the_restore_against_the_nodes_rates_and_every_path_sid
     with (root / "snapshot.csv").open() as fh:
         rows = {r["trial_id"]: r for r in csv.DictReader(fh)}
     assert rows["gmu015.criu.r1@h200"]["gpu_memory_utilization"] == "0.15"
-    # 22.4 GiB / 1.75 GB/s + 21.722 GiB / (22239 MiB / 4.4794 s = 5.206 GB/s) = 13.74 + 4.48 s
+    # 22.4 GiB / 1.75 GB/s + 21.722 GiB / (22239 MiB / 4.4794 s = 5.206 GB/s) = 13.74 + 4.48 s; the log
+    # accounts for 14.1 s of pages read in + 4.2 s of GPU = 18.3 s of the 19.09 measured
     expected = [line for line in report.splitlines() if line.startswith("| gmu015 | 22.4 | 21.722 |")]
     assert expected == ["| gmu015 | 22.4 | 21.722 | ext4 | 1.75 | mode parameter | 5.206 | cuda_checkpoint restore "
-                        "| 18.22 | 19.09 | 1.05 | 4.2 |"]
+                        "| 18.22 | 19.09 | 1.05 | 4.2 | 14.1 | 1.7 | 18.3 |"]
     for line in ("| cold start (empty caches) | startup | 145.1 | 1 |",
                  "| start with persisted caches | startup | 39.6 | 1 |",
                  "| wake from sleep | startup | 0.18 | 1 |",
@@ -161,3 +165,23 @@ def test_the_rates_come_from_the_hosts_storage_trials_when_the_mode_names_none(t
     # 22.4 GiB / 1.75 GB/s + 21.722 GiB / 55 GB/s = 13.74 + 0.42 s
     assert "| 1.75 | storage: fio buffered_read /opt/fio |" in line, line
     assert "| 55.0 | storage: h2d_copy h2d pinned, GPU 0 NVIDIA H200 (0:19) | 14.17 | 19.09 | 1.35 |" in line, line
+
+
+def test_a_rebuilt_report_keeps_what_logs_left_behind_told_the_run(tmp_path: Path) -> None:
+    # A results folder fetched without its 20-40 MB dump.log: the rebuild recomputes what the files
+    # it has give (the restore's page rate) and keeps what only the run could read (the plugin).
+    root = tmp_path / "results"
+    rec = record("gmu015.criu.r1@h200", "snapshot", "criu", {"cuda_plugin": "acted", "restore_s": 1.0})
+    raw = root / "trials" / rec["id"] / "raw" / "h200"
+    raw.mkdir(parents=True)
+    (root / "trials" / rec["id"] / "trial.json").write_text(json.dumps(rec))
+    (raw / "timings.json").write_text(json.dumps(criu_timings()))
+    (raw / "restore-dropped.log").write_text("(00.5) pie: 7: Preadv 0x7f00:0... (9 iovs)\n"
+                                             "(02.5) pie: 7: `- returned 3000000000\n")
+    plan = [{k: v for k, v in rec.items() if k not in ("status", "reason", "metrics", "duration_s", "engine_label")}]
+    (root / "plan.json").write_text(json.dumps({"campaign": "c", "trials": plan}))
+    build_report(root)
+    with (root / "snapshot.csv").open() as fh:
+        row = next(csv.DictReader(fh))
+    assert row["cuda_plugin"] == "acted" and row["restore_dropped_pages_gb_s"] == "1.5"
+    assert row["restore_s"] == "19.09"  # recomputed from timings.json, not the stored 1.0
