@@ -10,9 +10,10 @@ and in all:
   ``events`` are seconds after the start command): start command -> ``first_token``, plus
   ``sleep_requested`` -> ``first_token_after_wake`` for a mode with sleep/wake. What a trial is
   *for*: everything else is overhead of the campaign;
-- the time **outside** them, split by phase (prepare / measure / collect from ``trial.json``'s
-  ``phases``, plus the runner's own time between and around them) and, inside a phase, from the
-  ansible-runner job events in the trial's ``ansible/artifacts/<phase>/``: ``startup`` (the
+- the time **outside** them, split by phase (``trial.json``'s ``phases``: one, ``trial``, for a
+  startup trial since it runs in one Ansible run; prepare / measure / collect in older results),
+  plus the runner's own time between and around them, and, inside a phase, from the ansible-runner
+  job events in the trial's ``ansible/artifacts/<phase>/``: ``startup`` (the
   phase's start to its first task: ansible-runner, ansible-playbook's imports, inventory and
   playbook parse), ``tasks`` (first task to ``playbook_on_stats``, the measured window taken
   out), ``teardown`` (stats to the phase's end: ansible-playbook's exit, ansible-runner's
@@ -233,7 +234,8 @@ def print_summary(s: dict[str, Any]) -> None:
           f"{s['campaign_wall_median_s']:.1f} s (runs: {', '.join(f'{w:.1f}' for w in s['campaign_wall_s'])}); "
           f"measured windows {s['windows_per_run_s']:.1f} s; outside {s['outside_per_run_s']:.1f} s "
           f"= {100 * (s['outside_ratio'] or 0):.0f}% of the wall")
-    names = list(dict.fromkeys([*PHASES, *(ph for t in s["trials"] for ph in t["phases"])]))
+    seen = {ph for t in s["trials"] for ph in t["phases"]}  # a startup trial is one phase, "trial"
+    names = [ph for ph in dict.fromkeys([*PHASES, *(ph for t in s["trials"] for ph in t["phases"])]) if ph in seen]
     print(f"{'trial':<34} {'status':<7} {'wall':>6} {'window':>6} {'outside':>7} "
           + " ".join(f"{ph:>8}" for ph in names) + f" {'runner':>6}")
     for t in s["trials"]:

@@ -3,10 +3,11 @@
 Each mode is a documented preparation of the node before the same start command (the reference campaign's
 table): which compile cache the engine gets, what the page cache holds, and the few flags that
 differ. The recipe is data (``recipe`` in the trial's params), so plan.json shows exactly what a
-trial does. Phases: ``prepare`` (preconditions, caches, page cache, launch file, what the start
-begins from), ``measure`` (the node-side timer ``nodetools.coldstart``), ``collect`` (always: stop
-leftovers, fetch, facts). The wait is explained by :mod:`runner.parse.startup_timeline`, from the
-server log, the timer's events and the processes it saw.
+trial does. One Ansible run (``playbooks/experiments/startup/trial.yml``): prepare (preconditions,
+caches, page cache, launch file, what the start begins from), measure (the node-side timer
+``nodetools.coldstart``), then collect (always: stop leftovers, fetch, facts). The wait is
+explained by :mod:`runner.parse.startup_timeline`, from the server log, the timer's events and the
+processes it saw.
 """
 
 from __future__ import annotations
@@ -201,11 +202,9 @@ def _section(frame: Any, root: Path) -> str:
 KIND = ExperimentKind(
     name="startup",
     summary="wall seconds from the start command to the first token, explained phase by phase",
-    phases=(
-        Phase("prepare", f"{PLAYBOOKS}/prepare.yml"),
-        Phase("measure", f"{PLAYBOOKS}/measure.yml", follow="server.log"),
-        Phase("collect", "playbooks/experiments/engine/collect.yml", always=True),
-    ),
+    # One Ansible run a trial (prepare, measure, then collect in an always: section): each
+    # ansible-playbook start costs 1.4-2.1 s on the H200.
+    phases=(Phase("trial", f"{PLAYBOOKS}/trial.yml", follow="server.log"),),
     modes={mode: _mode_model(mode) for mode in RECIPES},
     default_modes=("first_start", "disk_cold", "page_cache_warm", "enforce_eager", "sleep_wake"),
     resources=_resources,

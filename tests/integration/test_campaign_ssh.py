@@ -194,9 +194,12 @@ def test_collect_brings_back_exactly_the_files_the_trial_wrote(
     node_dir = tmp_path / "remote" / "collect-drill" / host / f"startup.disk_cold.r1@{host}"
     for name in ("server.log", "timings.json", "launch.json"):
         assert (raw / name).read_bytes() == (node_dir / name).read_bytes(), name
-    assert "preload.log" not in (trial / "ansible/artifacts/collect/stdout").read_text()
+    assert "preload.log" not in (trial / "ansible/artifacts/trial/stdout").read_text()  # one run a trial
     facts = json.loads((raw / "facts_after.json").read_text())
     assert isinstance(facts, dict) and facts
     skipped = json.loads((results / "trials" / f"startup.runai_streamer.r1@{host}" / "trial.json").read_text())
     assert skipped["status"] == "skipped"
     assert skipped["reason"].startswith("the stand-in does not model --load-format runai_streamer")
+    # A skip ends the prepare, not the play: the collect in its always: section still ran.
+    assert [p["name"] for p in skipped["phases"]] == ["trial"]
+    assert (results / "trials" / f"startup.runai_streamer.r1@{host}" / "raw" / host / "facts_after.json").is_file()

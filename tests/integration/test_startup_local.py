@@ -117,7 +117,7 @@ def test_engine_that_fails_to_start_is_a_failed_row_with_its_error_and_a_clean_n
     assert main([str(path), "--quiet", "--results", str(results)]) == 1
     row = rows(results)["disk_cold.r1"]
     assert row["status"] == "failed"
-    assert row["reason"].startswith("failed in phase measure: localhost: task 'Start, time and stop the engine': ")
+    assert row["reason"].startswith("failed in phase trial: localhost: task 'Start, time and stop the engine': ")
     assert "engine exited with rc" in row["reason"]
     assert "engine errors: engine_core_failed, kv_cache_insufficient" in row["reason"]
     assert "log tail: " in row["reason"]
