@@ -59,7 +59,6 @@ sys.path.insert(0, str(REPO))
 from runner.cli import main as runner_main  # noqa: E402
 from tests.support.sshd_hosts import SSHD, SshHostSet  # noqa: E402
 
-PHASES = ("prepare", "measure", "collect")
 DEFAULT_MODES = "disk_cold,page_cache_warm,sleep_wake"
 
 
@@ -234,8 +233,7 @@ def print_summary(s: dict[str, Any]) -> None:
           f"{s['campaign_wall_median_s']:.1f} s (runs: {', '.join(f'{w:.1f}' for w in s['campaign_wall_s'])}); "
           f"measured windows {s['windows_per_run_s']:.1f} s; outside {s['outside_per_run_s']:.1f} s "
           f"= {100 * (s['outside_ratio'] or 0):.0f}% of the wall")
-    seen = {ph for t in s["trials"] for ph in t["phases"]}  # a startup trial is one phase, "trial"
-    names = [ph for ph in dict.fromkeys([*PHASES, *(ph for t in s["trials"] for ph in t["phases"])]) if ph in seen]
+    names = list(dict.fromkeys(ph for t in s["trials"] for ph in t["phases"]))  # in the order they ran
     print(f"{'trial':<34} {'status':<7} {'wall':>6} {'window':>6} {'outside':>7} "
           + " ".join(f"{ph:>8}" for ph in names) + f" {'runner':>6}")
     for t in s["trials"]:

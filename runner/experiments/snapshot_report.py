@@ -108,6 +108,7 @@ def _expected(ok: Any, root: Path) -> list[dict[str, Any]]:
         if image is not None and (disk or in_ram) and (h2d or not gpu) and (gpu or not in_ram):
             expected = round((0 if in_ram else image * GIB / GB / disk) + (gpu * GIB / GB / h2d if gpu else 0), 2)
         measured = _median(group, "restore_dropped_s")
+        gpu_part, pages_part = _median(group, "restore_gpu_s"), _median(group, "restore_pages_s")
         out.append({
             "experiment": experiment, "image_gib": image, "gpu_gib": gpu, "images_fs": group["images_fs"].iloc[0],
             "disk_gb_s": "in RAM" if in_ram else disk,
@@ -115,16 +116,13 @@ def _expected(ok: Any, root: Path) -> list[dict[str, Any]]:
             "h2d_gb_s": h2d, "h2d_rate_from": "mode parameter" if _median(group, "h2d_gb_s") else h2d_source,
             "expected_restore_s": expected, "measured_restore_s": measured,
             "measured_over_expected": round(measured / expected, 2) if expected and measured else None,
-            "gpu_part_from_log_s": _median(group, "restore_gpu_s"),
+            "gpu_part_from_log_s": gpu_part,
             # What CRIU's log itself accounts for: its restorer reading the pages in, then the plugin.
-            "pages_part_from_log_s": _median(group, "restore_pages_s"),
+            "pages_part_from_log_s": pages_part,
             "criu_page_read_gb_s": _median(group, "restore_dropped_pages_gb_s"),
-            "log_explains_s": _sum_or_none(_median(group, "restore_pages_s"), _median(group, "restore_gpu_s"))})
+            "log_explains_s": round(pages_part + gpu_part, 3) if pages_part is not None and gpu_part is not None
+            else None})
     return out
-
-
-def _sum_or_none(*parts: float | None) -> float | None:
-    return None if any(p is None for p in parts) else round(sum(p for p in parts if p is not None), 3)
 
 
 def _side_by_side(ok: Any, root: Path) -> list[dict[str, Any]]:
