@@ -5,7 +5,8 @@
         [--trial ID] [--lease-dir DIR] [--lock-dir DIR]
     python -m nodetools.coldstart prepare --dir WORKDIR --launch-json JSON [--fresh-cache DIR] [--empty-cache]
         [--page-cache drop|warm|keep] [--drop-scope global|files] [--model PATH]
-        [--engine-python PY --bytecode-packages vllm,torch]
+        [--engine-python PY --bytecode-packages vllm,torch] [--reap-leases DIR] [--make-model ARGV_JSON]
+        [--python-module MOD] [--exists PATH ...] [--docker-image IMG] [--vllm-subcommand NAME]
     python -m nodetools.coldstart cleanup --dir WORKDIR --port N [--container NAME] [--trial ID] [--lease-dir DIR]
 
 ``launch.json`` holds ``argv``, ``env``, ``stop_argv``, ``port`` and ``model`` (what the playbook
@@ -24,19 +25,28 @@ the log's first byte (``events.log_first_byte``) and the port opening (``events.
 time zone's offset, which map those seconds and the log's timestamps onto one timeline
 (``runner.parse.startup_timeline``). ``before_start`` is ``prepare.json``, what the start began
 from. With ``--sleep-wake`` the started engine is put to sleep (level 1) and woken, and the time to wake
-and to the first token after wake are recorded. The engine is always stopped (the whole group),
-and the port checked free. Stdlib only: this runs on the node.
+and to the first token after wake are recorded. The engine is always stopped (the whole group;
+``events.stop_requested`` to ``events.stopped`` is the stop a restart pays before its start), and
+the port checked free: a port that still answers after the stop fails the measure (7), so the
+playbook's cleanup runs only when a timer did not finish cleanly. Stdlib only: this runs on the node.
 
-``prepare`` puts the node in the mode's state in one step (:mod:`nodetools.startprep`: an emptied
-trial folder and fresh cache, the persistent caches emptied with ``--empty-cache``, the cache
-folders, ``launch.json``, what the start begins from in ``prepare.json`` (the caches' state, the
-engine's warm ``.pyc`` fractions), then the page cache dropped or the weights read) and prints
-JSON ``{"changed": [...], "before_start": {...}}``. ``cleanup`` stops what a killed timer may have
-left (what the trial's leases name, the group in ``engine.pgid`` once its start time proves it is
-the engine's, the container) and prints JSON ``{"stopped": [...], "port_free": bool}``.
+``prepare`` does everything before the start in one program (:mod:`nodetools.startprep`): stop
+what an earlier, killed attempt left (``--reap-leases``), make the model if it is missing
+(``--make-model``), check the mode's preconditions (the launch's port and GPUs, a module the mode
+needs, a vLLM subcommand); then, unless one is unmet, an emptied trial folder and fresh cache, the
+persistent caches emptied with ``--empty-cache``, the cache folders, ``launch.json``, what the
+start begins from in ``prepare.json`` (the caches' state, the engine's warm ``.pyc`` fractions),
+then the page cache dropped or the weights read. It prints JSON ``{"reasons": [...], "changed":
+[...], "before_start": {...}, "steps_s": {...}}``: a reason means skip the trial.
 
-Exit codes (nodetools.exitcodes): 0 measured; 2 bad input; 3 the engine exited before its first
-token; 4 timed out or stopped by SIGTERM; 7 the port is locked by another run or already answers.
+``cleanup`` stops what a killed timer may have left (what the trial's leases name, the group in
+``engine.pgid`` once its start time proves it is the engine's, the container) and prints JSON
+``{"stopped": [...], "port_free": bool}``.
+
+Exit codes (nodetools.exitcodes): 0 measured (prepared); 2 bad input; 3 the engine exited before
+its first token (prepare: a leftover outlived SIGKILL, or the model could not be made); 4 timed out
+or stopped by SIGTERM; 7 the port is locked by another run, already answers, or still answers after
+the engine was stopped.
 """
 
 from __future__ import annotations
@@ -69,7 +79,7 @@ from nodetools.proc import (
 )
 from nodetools.procwatch import GroupWatcher, clock_sample
 from nodetools.reap import reap
-from nodetools.startprep import PREPARED, drop_scope, prepare
+from nodetools.startprep import PREPARED, Checks, PrepareError, before_prepare, drop_scope, prepare
 from nodetools.vllm_cli import serve_split
 
 __all__ = ["Timer", "add_claim_options", "cleanup", "first_token", "main", "post", "write_json_atomic"]
@@ -310,20 +320,45 @@ def _main_prepare(argv: list[str]) -> int:
     p.add_argument("--model", default="")
     p.add_argument("--engine-python", default="", help="the Python that runs the engine (for its bytecode)")
     p.add_argument("--bytecode-packages", default="", help="comma-separated packages whose .pyc to count")
+    before = p.add_argument_group("before the state (each skipped unless given)")
+    before.add_argument("--reap-leases", type=Path, default=None,
+                        help="first stop what the stale leases in this folder name (an earlier, killed attempt)")
+    before.add_argument("--make-model", default="", help="JSON argv that makes --model when it has no config.json")
+    before.add_argument("--python-module", default="", help="a module the mode needs beside the engine")
+    before.add_argument("--exists", nargs="*", default=[], help="paths the mode needs")
+    before.add_argument("--docker-image", default="", help="the engine's image (for --python-module)")
+    before.add_argument("--vllm-subcommand", default="", help="a vLLM command the mode runs (preload)")
     args = p.parse_args(argv)
     try:
         launch = json.loads(args.launch_json)
+        make_model = json.loads(args.make_model) if args.make_model else []
+        if not isinstance(launch, dict) or not isinstance(make_model, list):
+            raise ValueError("--launch-json must be a JSON object and --make-model a JSON list")
+        int(launch["port"])
+    except KeyError:
+        print("coldstart prepare: --launch-json has no port", file=sys.stderr)
+        return exitcodes.BAD_INPUT
     except ValueError as exc:
-        print(f"coldstart prepare: --launch-json is not JSON: {exc}", file=sys.stderr)
+        print(f"coldstart prepare: bad JSON argument: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT
     packages = tuple(name.strip() for name in args.bytecode_packages.split(",") if name.strip())
+    checks = Checks(args.engine_python, args.python_module, tuple(args.exists), args.docker_image,
+                    args.vllm_subcommand)
     try:
-        changed, before = prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model, args.empty_cache,
-                                  args.engine_python, packages, drop_scope(args.drop_scope, args.engine_kind))
+        changed, reasons, steps = before_prepare(launch, args.reap_leases, args.model, make_model, checks)
+        if reasons:  # a skip changes nothing more: the node stays as the last trial left it
+            print(json.dumps({"reasons": reasons, "changed": changed, "steps_s": steps}))
+            return exitcodes.OK
+        more, before = prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model, args.empty_cache,
+                               args.engine_python, packages, drop_scope(args.drop_scope, args.engine_kind))
     except ValueError as exc:
         print(f"coldstart prepare: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT
-    print(json.dumps({"changed": changed, "before_start": before}))
+    except PrepareError as exc:
+        print(f"coldstart prepare: {exc}", file=sys.stderr)
+        return exitcodes.DIED
+    print(json.dumps({"reasons": [], "changed": changed + more, "before_start": before,
+                      "steps_s": {**steps, **before.get("prepare_steps_s", {})}}))
     return exitcodes.OK
 
 
@@ -410,6 +445,9 @@ def _measure(launch: dict[str, Any], args: argparse.Namespace, held: Claim) -> i
         rc = exitcodes.TIMEOUT
     finally:
         timer.stop()
+        if rc == exitcodes.OK and not timer.out.get("port_free_after_stop", True):
+            timer.out["error"] = f"port {timer.port} still answers after the engine was stopped"
+            rc = exitcodes.BUSY
         timer.out["rc"] = rc
         write_json_atomic(args.out, timer.out)
     if rc != exitcodes.OK:

@@ -1,24 +1,37 @@
 """``nodetools.coldstart prepare``: put the node in a startup mode's state, in one step.
 
-An emptied trial folder and fresh cache, the persistent caches emptied when the mode starts from
-nothing (``first_start``), the cache folders, ``launch.json``; then what the start begins from is
-read from disk (:mod:`nodetools.startstate`: the caches' state, the engine's bytecode) into
-``prepare.json`` (the timer copies it into timings.json), and only then the page cache is
-dropped or the weights read into it. Stdlib only: this runs on the node.
+One node program for everything before the start, because every program a playbook runs costs a
+module run and a Python start (0.4-0.8 s each on the H200, where a trial ran five before the
+timer): :func:`before_prepare` first stops what an earlier, killed attempt left (the stale leases
+of the host's campaign folder, ``nodetools.reap``), makes the model when its folder has no
+``config.json``, and checks the mode's preconditions (``nodetools.preflight``, from the launch
+itself: its port, GPUs, PYTHONPATH and vLLM command); an unmet one is a reason to skip and
+nothing else changes. Then :func:`prepare`: an emptied trial folder and fresh cache, the
+persistent caches emptied when the mode starts from nothing (``first_start``), the cache folders,
+``launch.json``; then what the start begins from is read from disk (:mod:`nodetools.startstate`:
+the caches' state, the engine's bytecode) into ``prepare.json`` (the timer copies it into
+timings.json), and only then the page cache is dropped or the weights read into it. Each step's
+seconds go to ``prepare_steps_s`` there. Stdlib only: this runs on the node.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nodetools.pagecache import drop, evict, warm
+from nodetools.preflight import check
 from nodetools.proc import write_json_atomic
+from nodetools.reap import reap
 from nodetools.startstate import bytecode_state, cache_state
+from nodetools.vllm_cli import subcommand_reasons
 
-__all__ = ["PREPARED", "drop_scope", "prepare"]
+__all__ = ["PREPARED", "Checks", "PrepareError", "before_prepare", "drop_scope", "prepare"]
 
 PREPARED = "prepare.json"  # what the start begins from, written by prepare, copied into timings.json
 
@@ -33,6 +46,69 @@ def _empty_folder(folder: Path) -> bool:
     shutil.rmtree(folder)
     folder.mkdir(parents=True)
     return True
+
+
+class PrepareError(Exception):
+    """Something before the start could not be done (a leftover that outlived SIGKILL, a model that
+    could not be made): the trial fails with this message."""
+
+
+@dataclass(frozen=True)
+class Checks:
+    """The mode's preconditions beyond what the launch says (its port, GPUs and PYTHONPATH): the
+    engine's Python and a module the mode needs in it (or in ``docker_image``), paths that must
+    exist, a vLLM subcommand the mode runs (``preload``)."""
+
+    engine_python: str = ""
+    python_module: str = ""
+    exists: tuple[str, ...] = ()
+    docker_image: str = ""
+    vllm_subcommand: str = ""
+
+    def reasons(self, launch: dict[str, Any]) -> list[str]:
+        """Why the mode cannot start here, in words a user can act on (empty: it can)."""
+        gpus = [int(g) for g in launch.get("gpus") or []]
+        in_docker = bool(self.docker_image)
+        pythonpath = str((launch.get("env") or {}).get("PYTHONPATH") or "")
+        reasons = check(int(launch["port"]), gpus, 2048, list(self.exists), self.engine_python,
+                        "" if in_docker else self.python_module, self.docker_image,
+                        self.python_module if in_docker else "", pythonpath)
+        if self.vllm_subcommand:
+            reasons += subcommand_reasons(launch, self.vllm_subcommand, self.vllm_subcommand)
+        return reasons
+
+
+def _make_model(model: str, argv: list[str]) -> list[str]:
+    """Run ``argv`` (the model maker) when ``model`` has no config.json; what changed."""
+    if not model or not argv or (Path(model) / "config.json").is_file():
+        return []
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise PrepareError(f"could not make the model {model}: {said[0]}")
+    return [f"made the model {model}"]
+
+
+def before_prepare(launch: dict[str, Any], leases: Path | None, model: str, make_model: list[str],
+                   checks: Checks) -> tuple[list[str], list[str], dict[str, float]]:
+    """Stop leftovers, make the model, check the preconditions: (what changed, reasons to skip,
+    seconds per step)."""
+    changed: list[str] = []
+    steps: dict[str, float] = {}
+    started = time.monotonic()
+    if leases is not None:
+        reaped = reap(leases)
+        if reaped["still_running"]:
+            raise PrepareError(f"an earlier attempt's processes outlived SIGKILL: {', '.join(reaped['still_running'])}")
+        changed += [f"stopped {what}" for what in reaped["stopped"]]
+        steps["reap_s"] = round(time.monotonic() - started, 3)
+    started = time.monotonic()
+    changed += _make_model(model, make_model)
+    steps["model_s"] = round(time.monotonic() - started, 3)
+    started = time.monotonic()
+    reasons = checks.reasons(launch)
+    steps["preconditions_s"] = round(time.monotonic() - started, 3)
+    return changed, reasons, steps
 
 
 def drop_scope(asked: str, engine_kind: str) -> str:
@@ -52,6 +128,8 @@ def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache:
     machine's cache: right where the node is the campaign's alone) or ``files`` (only the model's
     files, evicted one by one: polite on a shared machine); ``before["page_cache"]`` says which ran."""
     changed = []
+    steps: dict[str, float] = {}
+    started = time.monotonic()
     if workdir.exists():  # an earlier attempt's log must not mix into this one's
         shutil.rmtree(workdir)
         changed.append(f"emptied {workdir}")
@@ -66,11 +144,15 @@ def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache:
         Path(cache).mkdir(parents=True, exist_ok=True)
     (workdir / "launch.json").write_text(json.dumps(launch, indent=2, sort_keys=True) + "\n")
     changed.append("wrote launch.json")
+    steps["folders_s"] = round(time.monotonic() - started, 3)
+    started = time.monotonic()
     # Read before the page cache is dropped: these reads must not warm what the start reads.
     before = cache_state(caches, fresh_cache, container=bool(launch.get("container")))
     if engine_python and bytecode_packages:
         env = {str(k): str(v) for k, v in (launch.get("env") or {}).items()}
         before["bytecode"] = bytecode_state(engine_python, env, list(bytecode_packages))
+    steps["read_state_s"] = round(time.monotonic() - started, 3)
+    started = time.monotonic()
     if page_cache == "drop" and drop_scope == "files":
         evicted = evict([model]) if model else {"method": "files", "files": 0, "bytes": 0, "resident_after": None}
         before["page_cache"] = {"action": "drop", **evicted}
@@ -84,5 +166,7 @@ def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache:
         changed.append(f"read {before['page_cache']['bytes']} bytes of {model} into the page cache")
     else:
         before["page_cache"] = {"action": "keep"}
+    steps["page_cache_s"] = round(time.monotonic() - started, 3)
+    before["prepare_steps_s"] = steps  # where the time before the start went (benchmarks/bench_trial_overhead.py)
     write_json_atomic(workdir / PREPARED, before)
     return changed, before

@@ -11,7 +11,8 @@ short_description: Report the facts a GPU-serving experiment needs about a node
 description:
   - Reads GPUs (through C(nvidia-smi)), NUMA nodes, memory and page cache, C(/dev/shm) (with stale
     C(vllm_offload_*) files), CPU topology, the kernel release, block devices and mounted filesystems.
-  - It only reads, so it runs the same in check mode and always reports O(changed=false).
+  - It only reads, so it runs the same in check mode and reports O(changed=false), unless O(dest)
+    is given: then it also writes the facts to that file (not in check mode).
   - An absent or failing C(nvidia-smi) is a fact (RV(node_facts.gpus=[]) and RV(node_facts.gpu_error)),
     never a module failure.
   - The result is returned both as C(ansible_facts.node_facts) and as the top-level C(node_facts) key.
@@ -61,6 +62,12 @@ options:
       - Uses the C(timeout) binary; when that is absent, or this is V(0), calls are not limited.
     type: int
     default: 60
+  dest:
+    description:
+      - Also write the facts as indented JSON to this file on the node (atomically, mode 0644; its
+        folder is made if missing): one task instead of gathering here and writing on the
+        controller. Reported as changed when the file's content changed.
+    type: path
   mount_timeout:
     description:
       - Seconds allowed for each C(statvfs) of a mount point (a dead network filesystem can hang it).
@@ -87,6 +94,10 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ ansible_facts.node_facts.shm.vllm_offload_files | map(attribute='name') | list }}"
   when: ansible_facts.node_facts.shm.vllm_offload_files | length > 0
+
+- name: Keep the facts after a trial beside its other files
+  node_facts:
+    dest: /var/tmp/trial/facts_after.json
 
 - name: Point the module at a captured tree (tests)
   node_facts:
@@ -232,6 +243,7 @@ node_facts:
 # Ansible modules keep the documentation blocks above the imports (ansible-test validate-modules).
 # The readers live in plugins/module_utils/node_facts/ (ansible.cfg's module_utils path); Ansible
 # ships the ones imported here to the node together with this module.
+import json  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -249,6 +261,7 @@ ARGUMENT_SPEC = dict(
     nvidia_smi_path=dict(type="path"),
     nvidia_smi_timeout=dict(type="int", default=60),
     mount_timeout=dict(type="float", default=5),
+    dest=dict(type="path"),
 )
 
 
@@ -282,11 +295,35 @@ def gather(module):
     }
 
 
+def write_facts(module, dest, facts):
+    """Write ``facts`` to ``dest`` atomically; whether the content changed (nothing in check mode)."""
+    text = json.dumps(facts, indent=2, sort_keys=True) + "\n"
+    try:
+        with open(dest, encoding="utf-8") as fh:
+            if fh.read() == text:
+                return False
+    except OSError:
+        pass
+    if module.check_mode:
+        return True
+    tmp = f"{dest}.tmp.{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)  # a skipped trial made no folder
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        module.fail_json(msg=f"node_facts: cannot write {dest}: {exc}")
+    return True
+
+
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    # Read-only: check mode runs exactly the same code and nothing ever changes.
+    # Reading is the same in check mode; only dest is ever written (and not in check mode).
     facts = gather(module)
-    module.exit_json(changed=False, ansible_facts={"node_facts": facts}, node_facts=facts)
+    changed = write_facts(module, module.params["dest"], facts) if module.params["dest"] else False
+    module.exit_json(changed=changed, ansible_facts={"node_facts": facts}, node_facts=facts)
 
 
 if __name__ == "__main__":

@@ -164,3 +164,18 @@ def test_the_project_ansible_cfg_finds_the_module_and_its_module_utils(tmp_path:
     assert facts["memory"]["total_bytes"] == 2112322492 * 1024
     assert facts["cpu"]["model"] == "Intel(R) Xeon(R) Platinum 8480+"
     assert [n["node"] for n in facts["numa"]] == [0, 1]
+
+
+@needs_ansible
+def test_dest_writes_the_facts_once_and_never_in_check_mode(tmp_path: Path) -> None:
+    # The collect of a trial writes facts_after.json with the module itself (one task, not two).
+    dest = tmp_path / "trial" / "facts_after.json"  # a skipped trial made no folder
+    args = {"procfs_root": str(PROCFS), "sysfs_root": str(SYSFS), "mount_timeout": 0,
+            "nvidia_smi_path": str(tmp_path / "no-nvidia-smi"), "dest": str(dest)}
+    checked = _run_playbook(tmp_path, args, check=True)
+    assert checked["changed"] is True and not dest.exists()  # it would write, and did not
+    written = _run_playbook(tmp_path, args)
+    assert written["changed"] is True
+    assert json.loads(dest.read_text()) == written["node_facts"]
+    assert oct(dest.stat().st_mode & 0o777) == "0o644"
+    assert _run_playbook(tmp_path, args)["changed"] is False  # same facts, same file
