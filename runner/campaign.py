@@ -13,18 +13,20 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runner.errors import ResultsWriteError
-from runner.execute import PhaseResult, run_phase
+from runner.execute import PhaseResult, RunningPhase, run_phase, start_phase
 from runner.experiments import KINDS
 from runner.experiments.base import Phase, TrialContext
 from runner.experiments.facts import PLAYBOOK as FACTS_PLAYBOOK
 from runner.inventory import Inventory
 from runner.livelog import LogFollower
+from runner.overlap import EarlyRun, Turn
 from runner.plan import Plan, Trial, remote_dir
 from runner.progress import Progress
 from runner.provenance import REPO_ROOT, git_state, inventory_digest, tool_versions
@@ -106,22 +108,69 @@ def _preflight(ctx: _Ctx, host: str) -> tuple[dict[str, Any] | None, str]:
     return (facts if isinstance(facts, dict) else None), ""
 
 
-def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path,
-                        extravars: dict[str, Any]) -> PhaseResult:
-    """One phase through ansible-runner, tailing the node's log for the display meanwhile."""
-    follower = None
-    if ctx.follow and phase.follow and ctx.inventory is not None:
-        conn = ctx.inventory.connection(trial.host)
-        remote = f"{extravars['exp_remote_dir']}/{phase.follow}"
-        follower = LogFollower(conn, remote, lambda line: ctx.progress.log_line(trial.id, line))
-        follower.start()
+def _start_follower(ctx: _Ctx, trial: Trial, phase: Phase, extravars: dict[str, Any]) -> LogFollower | None:
+    """Tail the node's log (``phase.follow``) for the display while the phase runs."""
+    if not (ctx.follow and phase.follow and ctx.inventory is not None):
+        return None
+    conn = ctx.inventory.connection(trial.host)
+    remote = f"{extravars['exp_remote_dir']}/{phase.follow}"
+    follower = LogFollower(conn, remote, lambda line: ctx.progress.log_line(trial.id, line))
+    follower.start()
+    return follower
+
+
+def _start(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, extravars: dict[str, Any],
+           on_task: Callable[[str], None], timeout_s: float, cancel: Callable[[], bool]) -> RunningPhase:
+    return start_phase(
+        phase=phase.name, playbook=REPO_ROOT / phase.playbook, project_dir=REPO_ROOT,
+        private_data_dir=trial_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=trial.host,
+        extravars=extravars, timeout_s=timeout_s, cancel=cancel, lease=lease_id(ctx.store.root, trial.id),
+        on_task=on_task,
+    )
+
+
+class _Overlap:
+    """The host's next trial, which this trial's phase may start early (``Phase.overlap_from``)."""
+
+    def __init__(self, ctx: _Ctx, next_trial: Trial | None, timeout_s: float) -> None:
+        self.ctx, self.next_trial, self.timeout_s = ctx, next_trial, timeout_s
+        self.early: EarlyRun | None = None
+
+    def on_task(self, phase: Phase, task: str) -> None:
+        if (self.early is None and self.next_trial is not None and phase.overlap_from
+                and task.startswith(phase.overlap_from) and not self.ctx.stop.is_set()):
+            self.early = _start_early(self.ctx, self.next_trial, self.timeout_s)
+
+
+def _start_early(ctx: _Ctx, trial: Trial, wait_s: float) -> EarlyRun:
+    """Start ``trial``'s first phase now; its first task waits for the turn (runner/overlap.py)."""
+    phase = KINDS[trial.kind].phases[0]
+    trial_dir = ctx.store.begin_trial(trial.id)
+    (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
+    early = EarlyRun(trial.id, trial_dir, Turn(trial_dir / "ansible" / "turn"))
+    extravars = {**_extravars(ctx, trial, trial_dir), "exp_turn_file": str(early.turn.path),
+                 "exp_turn_timeout_s": wait_s}
+    # Its limit is its own plus the longest it may wait for its turn.
+    early.running = _start(ctx, trial, phase, trial_dir, extravars, early.task, trial.timeout_s + wait_s,
+                           ctx.stop.is_set)
+    return early
+
+
+def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, extravars: dict[str, Any],
+                        overlap: _Overlap, early: EarlyRun | None = None) -> PhaseResult:
+    """One phase through ansible-runner (or the one started early: its turn now), tailing the node's
+    log for the display meanwhile."""
+
+    def on_task(task: str) -> None:
+        ctx.progress.task(trial.id, task)
+        overlap.on_task(phase, task)
+
+    follower = _start_follower(ctx, trial, phase, extravars)
     try:
-        return run_phase(
-            phase=phase.name, playbook=REPO_ROOT / phase.playbook, project_dir=REPO_ROOT,
-            private_data_dir=trial_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=trial.host,
-            extravars=extravars, timeout_s=trial.timeout_s, cancel=ctx.stop,
-            lease=lease_id(ctx.store.root, trial.id), on_task=lambda task: ctx.progress.task(trial.id, task),
-        )
+        if early is not None:
+            early.go(on_task)
+            return early.wait()
+        return _start(ctx, trial, phase, trial_dir, extravars, on_task, trial.timeout_s, ctx.stop.is_set).wait()
     finally:
         if follower is not None:
             follower.stop()
@@ -135,9 +184,12 @@ def _skip_reason(trial_dir: Path) -> str | None:
     return path.read_text().strip() or "skipped by the playbook"
 
 
-def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_error: str) -> TrialStatus:
+def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_error: str,
+               early: EarlyRun | None = None, next_trial: Trial | None = None) -> tuple[TrialStatus, EarlyRun | None]:
+    """Run ``trial`` (its first phase already started when ``early``); returns its status and the
+    next trial's run if one of this trial's phases started it early."""
     kind = KINDS[trial.kind]
-    trial_dir = ctx.store.begin_trial(trial.id)
+    trial_dir = early.trial_dir if early is not None else ctx.store.begin_trial(trial.id)
     record: TrialRecord = {
         **trial.as_dict(), "status": TrialStatus.RUNNING, "reason": "", "phases": [], "metrics": {},
         "engine_label": (trial.engine or {}).get("kind", "none"), "host_facts": facts,
@@ -146,21 +198,29 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     ctx.store.save_trial(trial.id, record)
     ctx.progress.trial_started(trial.id, trial.host)
     extravars = _extravars(ctx, trial, trial_dir)
-    (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
+    if early is None:
+        (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
+    overlap = _Overlap(ctx, next_trial if not preflight_error else None, trial.timeout_s)
     failures = []
     canceled = lost = False
     if preflight_error:
         failures.append(preflight_error)
-    for phase in kind.phases if not preflight_error else ():
+    for index, phase in enumerate(kind.phases if not preflight_error else ()):
         if (failures or canceled or _skip_reason(trial_dir) is not None) and not phase.always:
             continue
         ctx.progress.phase(trial.id, phase.name)
-        result = _run_phase_followed(ctx, trial, phase, trial_dir, extravars)
-        record["phases"].append(result.as_dict())
+        first_early = early if index == 0 else None
+        result = _run_phase_followed(ctx, trial, phase, trial_dir, extravars, overlap, first_early)
+        phase_record = result.as_dict()
+        if first_early is not None:
+            phase_record["waited_for_turn_s"] = first_early.waited_s()
+        record["phases"].append(phase_record)
         canceled = canceled or result.status == "canceled"
         if not result.ok and not canceled:
             failures.append(result.failures[0].one_line() if result.failures else result.status)
             lost = lost or any(f.kind in ("unreachable", "timeout") for f in result.failures)
+    if early is not None and early.go_at is None:  # its first phase never came: nothing of it ran
+        early.cancel()
     skip = _skip_reason(trial_dir)
     trial_ctx = TrialContext(trial.mode, trial.params, trial.engine or {}, trial_dir, trial.host)
     status: TrialStatus
@@ -194,7 +254,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     ctx.progress.trial_finished(trial.id, status, reason, record["duration_s"])
     if lost and not canceled and not _answers(ctx, trial.host):
         ctx.dead_hosts[trial.host] = f"host {trial.host} stopped answering during {trial.id} ({reason})"
-    return status
+    return status, overlap.early
 
 
 def _answers(ctx: _Ctx, host: str) -> bool:
@@ -225,19 +285,27 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     counts: dict[str, int] = {}
     if ctx.stop.is_set():
         return counts
+    early: EarlyRun | None = None
     try:
         facts, preflight_error = _preflight(ctx, host)
-        for trial in trials:
+        for index, trial in enumerate(trials):
             if ctx.stop.is_set():
                 break
             if host in ctx.dead_hosts:
+                if early is not None:
+                    early.cancel()
+                    early = None
                 status = _record_not_tried(ctx, trial, facts, ctx.dead_hosts[host])
             else:
-                status = _run_trial(ctx, trial, facts, preflight_error)
+                following = trials[index + 1] if index + 1 < len(trials) else None
+                status, early = _run_trial(ctx, trial, facts, preflight_error, early, following)
             counts[status] = counts.get(status, 0) + 1
     except ResultsWriteError as exc:  # a full disk stops the run; every file already written is whole
         ctx.stopped.append(str(exc))
         ctx.stop.set()
+    finally:
+        if early is not None:  # started early, never given its turn: nothing of it ran on the node
+            early.cancel()
     return counts
 
 

@@ -24,10 +24,9 @@ import yaml
 
 from runner.supervise import LEASE_VARIABLE, reap
 
-__all__ = ["Failure", "PhaseResult", "run_phase"]
+__all__ = ["Failure", "PhaseResult", "RunningPhase", "run_phase", "start_phase"]
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,63 @@ def _envvars(project_dir: Path, lease: str = "") -> dict[str, str]:
             LEASE_VARIABLE: lease, "ANSIBLE_HOST_KEY_CHECKING": host_key_checking(project_dir)}
 
 
-def run_phase(
+class RunningPhase:
+    """A phase whose ansible-playbook runs in the background (:func:`start_phase`); :meth:`wait`
+    returns its ``PhaseResult``. The runner starts the next trial's run this way while the current
+    one collects (its first task waits for its turn: runner/overlap.py)."""
+
+    def __init__(self, phase: str, limit: str, timeout_s: float, lease: str, started: float) -> None:
+        self.phase, self.limit, self.timeout_s, self.lease, self.started = phase, limit, timeout_s, lease, started
+        self.failures: list[Failure] = []
+        self._thread: threading.Thread | None = None
+        self._runner: Any = None
+        self._error = ""
+
+    def on_event(self, event: dict[str, Any], on_task: Callable[[str], None] | None) -> bool:
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_task_start" and on_task is not None:
+            on_task(str(data.get("task", "")))
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            msg, rc = _message_of(data.get("res") or {})
+            self.failures.append(Failure("failed", self.phase, data.get("host", ""), data.get("task", ""), msg, rc))
+        elif kind == "runner_on_unreachable":
+            msg, _ = _message_of(data.get("res") or {})
+            self.failures.append(Failure("unreachable", self.phase, data.get("host", ""), data.get("task", ""), msg))
+        return True
+
+    def wait(self) -> PhaseResult:
+        """Block until the run ends; every outcome comes back as a ``PhaseResult``."""
+        if self._thread is not None:
+            self._thread.join()
+        r = self._runner
+        if self._error or r is None or r.status is None:
+            error = self._error or "ansible-runner did not start the playbook"
+            return PhaseResult(self.phase, "failed", None, self.started, time.time(), "",
+                               [Failure("error", self.phase, self.limit, "", f"ansible-runner: {error}")])
+        ended = time.time()
+        if self.lease and str(r.status) in ("timeout", "canceled", "failed"):
+            # ansible-runner kills ansible-playbook's process group, but its workers called setsid:
+            # without this their task (and what it started) runs on, orphaned, for the task's length.
+            reap(self.lease, exact=True)
+        artifact_dir = Path(r.config.artifact_dir)
+        _scrub_command_artifact(artifact_dir)
+        status = str(r.status)
+        failures = list(self.failures)
+        if status == "timeout":
+            failures.append(Failure("timeout", self.phase, self.limit, "",
+                                    f"phase ran past its {self.timeout_s:g} s limit"))
+        elif status == "canceled":
+            failures.append(Failure("canceled", self.phase, self.limit, "", "stopped by the user"))
+        elif status != "successful" and not failures:
+            tail = (artifact_dir / "stdout").read_text(errors="replace").strip().splitlines()[-3:]
+            failures.append(Failure("failed", self.phase, self.limit, "", " | ".join(tail) or "ansible-playbook failed",
+                                    r.rc))
+        return PhaseResult(self.phase, status, r.rc, self.started, ended, str(artifact_dir), failures,
+                           dict(r.stats or {}))
+
+
+def start_phase(
     *,
     phase: str,
     playbook: Path,
@@ -172,35 +227,20 @@ def run_phase(
     limit: str,
     extravars: dict[str, Any],
     timeout_s: float,
-    cancel: threading.Event,
+    cancel: Callable[[], bool],
     lease: str = "",
     on_task: Callable[[str], None] | None = None,
-) -> PhaseResult:
-    """Run ``playbook`` against ``limit``; every outcome comes back as a ``PhaseResult``.
+) -> RunningPhase:
+    """Start ``playbook`` against ``limit`` in the background; ``wait()`` on the result.
 
     ``lease`` marks every process of the run (ansible-playbook, its forked workers, which leave its
     process group, and what they start on a local connection), so ``supervise.reap`` finds them."""
     private_data_dir.mkdir(parents=True, exist_ok=True)
     write_extravars(private_data_dir, extravars)
-    failures: list[Failure] = []
-
-    def on_event(event: dict[str, Any]) -> bool:
-        kind = event.get("event")
-        data = event.get("event_data") or {}
-        if kind == "playbook_on_task_start" and on_task is not None:
-            on_task(str(data.get("task", "")))
-        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-            msg, rc = _message_of(data.get("res") or {})
-            failures.append(Failure("failed", phase, data.get("host", ""), data.get("task", ""), msg, rc))
-        elif kind == "runner_on_unreachable":
-            msg, _ = _message_of(data.get("res") or {})
-            failures.append(Failure("unreachable", phase, data.get("host", ""), data.get("task", ""), msg))
-        return True
-
-    started = time.time()
+    running = RunningPhase(phase, limit, timeout_s, lease, time.time())
     logger.debug("phase %s: %s on %s", phase, playbook, limit)
     try:
-        r = ansible_runner.run(
+        running._thread, running._runner = ansible_runner.run_async(
             private_data_dir=str(private_data_dir),
             project_dir=str(project_dir),
             playbook=str(playbook),
@@ -210,26 +250,15 @@ def run_phase(
             envvars=_envvars(project_dir, lease),
             quiet=True,
             timeout=max(1, round(timeout_s)),
-            event_handler=on_event,
-            cancel_callback=cancel.is_set,
+            event_handler=lambda event: running.on_event(event, on_task),
+            cancel_callback=cancel,
         )
     except Exception as exc:  # a broken run is a recorded failure, not a crash (logged with its traceback)
         logger.exception("ansible-runner could not run phase %s", phase)
-        return PhaseResult(phase, "failed", None, started, time.time(), "",
-                           [Failure("error", phase, limit, "", f"ansible-runner: {exc}")])
-    ended = time.time()
-    if lease and str(r.status) in ("timeout", "canceled", "failed"):
-        # ansible-runner kills ansible-playbook's process group, but its workers called setsid:
-        # without this their task (and what it started) runs on, orphaned, for the task's length.
-        reap(lease, exact=True)
-    artifact_dir = Path(r.config.artifact_dir)
-    _scrub_command_artifact(artifact_dir)
-    status = str(r.status)
-    if status == "timeout":
-        failures.append(Failure("timeout", phase, limit, "", f"phase ran past its {timeout_s:g} s limit"))
-    elif status == "canceled":
-        failures.append(Failure("canceled", phase, limit, "", "stopped by the user"))
-    elif status != "successful" and not failures:
-        tail = (artifact_dir / "stdout").read_text(errors="replace").strip().splitlines()[-3:]
-        failures.append(Failure("failed", phase, limit, "", " | ".join(tail) or "ansible-playbook failed", r.rc))
-    return PhaseResult(phase, status, r.rc, started, ended, str(artifact_dir), failures, dict(r.stats or {}))
+        running._error = str(exc)
+    return running
+
+
+def run_phase(*, cancel: threading.Event, **kwargs: Any) -> PhaseResult:
+    """``start_phase`` and wait for it: every outcome comes back as a ``PhaseResult``."""
+    return start_phase(cancel=cancel.is_set, **kwargs).wait()

@@ -44,6 +44,10 @@ class Phase:
     playbook: str  # relative to the repository root
     follow: str | None = None  # path relative to exp_remote_dir, e.g. "server.log"
     always: bool = False  # runs even when an earlier phase failed (cleanup, log fetch)
+    # A task-name prefix from which the node's measurement is over (the collect): the runner may
+    # start the next trial's run then, its first task waiting for its turn (runner/overlap.py;
+    # the playbook must begin with that wait).
+    overlap_from: str = ""
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,9 @@ def _collect(ctx: TrialContext) -> dict[str, Any]:
     for key in ("resident_fraction_before", "wake_to_first_token_s", "wake_http_s", "sleep_http_s"):
         if timings.get(key) is not None:
             metrics[key] = timings[key]
+    events = timings.get("events") or {}
+    if "stop_requested" in events and "stopped" in events:  # SIGTERM to the group gone: a restart's first part
+        metrics["stop_s"] = round(float(events["stopped"]) - float(events["stop_requested"]), 3)
     for key in ("gpu_mem_mib_asleep", "gpu_mem_mib_awake"):
         if timings.get(key):
             metrics[key] = sum(timings[key])
@@ -156,8 +159,8 @@ def _diagnose(ctx: TrialContext) -> str:
 _STATE_COLUMNS = ("compile_cache_hit", "cache_state", "cache_files", "pyc_warm_fraction", "pyc_warm_fraction_all",
                   "page_cache_action", "resident_fraction_before")
 _REPORT_COLUMNS = ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction", "timeline_resolution_s",
-                   "timeline_sources", *_STATE_COLUMNS, "wake_to_first_token_s", "gpu_mem_mib_asleep", "log_errors",
-                   "timeline_note")
+                   "timeline_sources", *_STATE_COLUMNS, "wake_to_first_token_s", "gpu_mem_mib_asleep", "stop_s",
+                   "log_errors", "timeline_note")
 
 
 def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -194,8 +197,11 @@ def _section(frame: Any, root: Path) -> str:
         phases = [c for c in ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction") if ok[c].notna().any()]
         lines.append(markdown_table(ok[["mode", "repeat", *phases]]))
         lines.append("\nWhat each start began from (read from disk before it, never from the mode): the compile "
-                     "and JIT caches, the engine's warm `.pyc` share, the model's share in the page cache.\n")
-        lines.append(markdown_table(ok[["mode", "repeat", *_STATE_COLUMNS, "wake_to_first_token_s"]]))
+                     "and JIT caches, the engine's warm `.pyc` share, the model's share in the page cache. "
+                     "`stop_s`: the engine's stop after the trial (SIGTERM to its whole process group gone), what a "
+                     "restart pays before its start.\n")
+        extra = [c for c in ("wake_to_first_token_s", "stop_s") if ok[c].notna().any()]
+        lines.append(markdown_table(ok[["mode", "repeat", *_STATE_COLUMNS, *extra]]))
     return "\n".join(lines)
 
 
@@ -203,8 +209,9 @@ KIND = ExperimentKind(
     name="startup",
     summary="wall seconds from the start command to the first token, explained phase by phase",
     # One Ansible run a trial (prepare, measure, then collect in an always: section): each
-    # ansible-playbook start costs 1.4-2.1 s on the H200.
-    phases=(Phase("trial", f"{PLAYBOOKS}/trial.yml", follow="server.log"),),
+    # ansible-playbook start costs 1.4-2.1 s on the H200: the next trial's run starts while this
+    # one collects (runner/overlap.py).
+    phases=(Phase("trial", f"{PLAYBOOKS}/trial.yml", follow="server.log", overlap_from="collect_engine_files |"),),
     modes={mode: _mode_model(mode) for mode in RECIPES},
     default_modes=("first_start", "disk_cold", "page_cache_warm", "enforce_eager", "sleep_wake"),
     resources=_resources,

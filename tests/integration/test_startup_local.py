@@ -4,6 +4,8 @@ compile-cache folder, real process groups, through real ansible-runner; every st
 from __future__ import annotations
 
 import csv
+import itertools
+import json
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -107,6 +109,19 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
     report = (results / "report.md").read_text()
     assert "![startup phases](startup.png)" in report and (results / "startup.png").stat().st_size > 10_000
     assert "Phase boundaries: 8 trials to 1 s." in report
+    # The engine's stop is measured: what a restart pays before its start.
+    assert all(0 < float(row["stop_s"]) < 30 for row in r.values() if row["status"] == "ok")
+
+    # Each trial after the first had its Ansible run started while the one before it collected
+    # (runner/overlap.py), and waited for its turn: no two trials' node work overlapped.
+    records = [json.loads(t.read_text()) for t in sorted((results / "trials").glob("*/trial.json"))]
+    records.sort(key=lambda rec: rec["started"])
+    early = [rec for rec in records if rec["phases"] and "waited_for_turn_s" in rec["phases"][0]]
+    assert len(early) == len(records) - 1, [rec["id"] for rec in records]
+    for before, after in itertools.pairwise(records):
+        assert after["phases"][0]["started"] < before["ended"] <= after["started"], (before["id"], after["id"])
+    assert not list((results / "trials").glob("*/ansible/turn")) or all(
+        t.read_text() == "go" for t in (results / "trials").glob("*/ansible/turn"))
 
 
 def test_engine_that_fails_to_start_is_a_failed_row_with_its_error_and_a_clean_node(

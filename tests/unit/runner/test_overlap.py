@@ -1,0 +1,97 @@
+"""A trial's Ansible run started early waits for its turn (runner/overlap.py, plugins/lookup/turn.py).
+
+Real ansible-runner runs of a two-task playbook with the project's ansible.cfg: the first task is
+the wait, the second stands for the trial's node work (it writes a marker file). The marker must
+appear only after ``go``: never after ``cancel``, never when the process holding the turn dies.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner.execute import start_phase
+from runner.overlap import EarlyRun, Turn
+
+REPO = Path(__file__).resolve().parents[3]
+
+PLAYBOOK = """\
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Wait for the previous trial on this node to end
+      ansible.builtin.debug:
+        msg: "waited {{ lookup('turn', exp_turn_file, timeout=exp_turn_timeout_s) }} s for the node"
+    - name: The trial's node work
+      ansible.builtin.command:
+        argv: [touch, "{{ marker }}"]
+"""
+
+
+def _early(tmp_path: Path, turn: Turn | None = None) -> tuple[EarlyRun, Path, list[str]]:
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    (tmp_path / "inventory").write_text("localhost ansible_connection=local "
+                                        f"ansible_python_interpreter={sys.executable}\n")
+    trial_dir = tmp_path / "trial"
+    turn_file = trial_dir / "ansible" / "turn"
+    early = EarlyRun("t.r1@localhost", trial_dir, turn or Turn(turn_file))
+    marker = tmp_path / "node-work-done"
+    tasks: list[str] = []
+    early.running = start_phase(
+        phase="trial", playbook=tmp_path / "play.yml", project_dir=REPO, private_data_dir=trial_dir / "ansible",
+        inventory=tmp_path / "inventory", limit="localhost",
+        extravars={"exp_turn_file": str(turn_file), "exp_turn_timeout_s": 60, "marker": str(marker)},
+        timeout_s=120, cancel=lambda: False, on_task=early.task)
+    return early, marker, tasks
+
+
+def test_the_run_waits_for_go_then_does_its_work(tmp_path: Path) -> None:
+    early, marker, tasks = _early(tmp_path)
+    time.sleep(3.0)  # long enough for ansible-playbook to start and block on the turn
+    assert not marker.exists()
+    early.go(tasks.append)
+    result = early.wait()
+    assert result.ok, result.failures
+    assert marker.exists()
+    assert tasks == ["The trial's node work"]  # nothing shown before the turn
+    assert 2.9 < early.waited_s() < 10
+    assert (tmp_path / "trial/ansible/turn").read_text() == "go"
+
+
+def test_a_cancelled_turn_fails_before_any_node_work_and_leaves_no_folder(tmp_path: Path) -> None:
+    early, marker, _ = _early(tmp_path)
+    time.sleep(1.0)
+    result = early.cancel()
+    assert result is not None and result.status == "failed"
+    assert "not this run's turn: the runner wrote 'cancel'" in result.failures[0].message
+    assert not marker.exists()
+    assert not (tmp_path / "trial").exists()
+
+
+def test_a_runner_that_dies_holding_the_turn_lets_no_node_work_happen(tmp_path: Path) -> None:
+    turn_file = tmp_path / "trial" / "ansible" / "turn"
+    turn_file.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from runner.overlap import Turn; t = Turn(Path(sys.argv[1])); "
+                               "print('held', flush=True); time.sleep(60)", str(turn_file)],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+
+        class Borrowed(Turn):  # the lock is the dead process's: this one only names the file
+            def __init__(self, path: Path) -> None:
+                self.path, self._fd = path, None
+
+        early, marker, _ = _early(tmp_path, Borrowed(turn_file))
+        time.sleep(1.0)
+        holder.send_signal(signal.SIGKILL)
+        result = early.wait()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.status == "failed"
+    assert "the runner wrote 'nothing'" in result.failures[0].message
+    assert not marker.exists()
