@@ -86,6 +86,8 @@ class TrialOverhead:
     window: float
     runner: float  # the runner's own time: before the first phase, between phases, after the last
     phases: dict[str, PhaseSplit]
+    stop: float = 0.0  # the engine's stop, inside the timer's run (measured: stop_s)
+    node_steps: dict[str, float] = field(default_factory=dict)  # prepare's own steps (prepare.json)
 
     @property
     def outside(self) -> float:
@@ -115,8 +117,21 @@ def measured_windows(timings: dict[str, Any]) -> float:
     return window
 
 
+def stop_window(timings: dict[str, Any]) -> float:
+    """The engine's stop (stop requested -> its group gone): measured too, as ``stop_s``, the part
+    of a restart before the start; reported apart, so the ratio can be read with or without it."""
+    events = timings.get("events") or {}
+    if "stop_requested" in events and "stopped" in events:
+        return max(0.0, float(events["stopped"]) - float(events["stop_requested"]))
+    return 0.0
+
+
 def split_phase(phase: dict[str, Any], window: float, trial_dir: Path | None = None) -> PhaseSplit:
-    split = PhaseSplit(total=float(phase["ended"]) - float(phase["started"]), window=window)
+    """A phase's wall split into start-up, tasks and teardown. A phase the runner started early
+    (``waited_for_turn_s``: while the previous trial collected, runner/overlap.py) counts from its
+    turn: what it did before then overlapped the previous trial."""
+    turn = float(phase["started"]) + float(phase.get("waited_for_turn_s") or 0.0)
+    split = PhaseSplit(total=float(phase["ended"]) - turn, window=window)
     artifacts = Path(phase.get("artifact_dir") or "/nonexistent")
     if not artifacts.is_dir() and trial_dir is not None:  # a results folder fetched from the node
         artifacts = trial_dir / "ansible" / "artifacts" / artifacts.name
@@ -126,14 +141,15 @@ def split_phase(phase: dict[str, Any], window: float, trial_dir: Path | None = N
     if not starts or stats is None:
         split.startup = split.total  # no task ran: all of it is start-up and wrap-up
         return split
-    first, end = _stamp(starts[0]), _stamp(stats)
-    split.startup = first - float(phase["started"])
+    first, end = max(_stamp(starts[0]), turn), _stamp(stats)
+    split.startup = first - turn
     split.tasks = end - first - window
     split.teardown = float(phase["ended"]) - end
     bounds = [*starts, stats]
     for this, following in itertools.pairwise(bounds):
         name = str((this.get("event_data") or {}).get("task") or "?")
-        split.task_s[name] = split.task_s.get(name, 0.0) + _stamp(following) - _stamp(this)
+        seconds = _stamp(following) - max(_stamp(this), turn)
+        split.task_s[name] = split.task_s.get(name, 0.0) + max(seconds, 0.0)
     return split
 
 
@@ -149,7 +165,9 @@ def analyse_trial(trial_dir: Path) -> TrialOverhead:
     phases = {p["name"]: split_phase(p, window if p["name"] == holder else 0.0, trial_dir) for p in record["phases"]}
     in_phases = sum(p.total for p in phases.values())
     wall = float(record["ended"]) - float(record["started"])
-    return TrialOverhead(record["id"], record["status"], wall, window, wall - in_phases, phases)
+    steps = ((timings.get("before_start") or {}).get("prepare_steps_s")) or {}
+    return TrialOverhead(record["id"], record["status"], wall, window, wall - in_phases, phases,
+                         stop_window(timings), {k: float(v) for k, v in steps.items()})
 
 
 def write_campaign(work: Path, label: str, inventory: Path, hosts: str, modes: list[str], repeats: int,
@@ -207,15 +225,24 @@ def summarise(label: str, walls: list[float], trials: list[TrialOverhead]) -> di
                 per_task[f"{name}: {task}"].append(seconds)
     runs = len(walls)
     windows = sum(t.window for t in trials) / runs
+    stops = sum(t.stop for t in trials) / runs
     wall = _median(walls)
+    steps: dict[str, list[float]] = defaultdict(list)
+    for t in trials:
+        for step, seconds in t.node_steps.items():
+            steps[step].append(seconds)
     return {
         "label": label, "runs": runs, "trials_per_run": len(trials) // max(runs, 1),
         "campaign_wall_s": walls, "campaign_wall_median_s": round(wall, 3),
         "windows_per_run_s": round(windows, 3),
         "outside_per_run_s": round(wall - windows, 3),
         "outside_ratio": round((wall - windows) / wall, 4) if wall else None,
+        # The engine's stop is measured (stop_s: what a restart pays before its start): counted in too.
+        "stops_per_run_s": round(stops, 3),
+        "outside_ratio_stop_measured": round((wall - windows - stops) / wall, 4) if wall else None,
+        "prepare_steps_median_s": {k: round(_median(v), 3) for k, v in steps.items()},
         "trial_median_s": {k: round(_median(v), 3) for k, v in {
-            "wall": [t.wall for t in trials], "window": [t.window for t in trials],
+            "wall": [t.wall for t in trials], "window": [t.window for t in trials], "stop": [t.stop for t in trials],
             "outside": [t.outside for t in trials], "runner": [t.runner for t in trials]}.items()},
         "phase_median_s": {ph: {k: round(_median(v), 3) for k, v in parts.items()} for ph, parts in per_phase.items()},
         "slowest_tasks_median_s": dict(sorted(((k, round(_median(v), 3)) for k, v in per_task.items()),
@@ -232,17 +259,21 @@ def print_summary(s: dict[str, Any]) -> None:
     print(f"\n== {s['label']}: {s['runs']} run(s) x {s['trials_per_run']} trials; campaign wall median "
           f"{s['campaign_wall_median_s']:.1f} s (runs: {', '.join(f'{w:.1f}' for w in s['campaign_wall_s'])}); "
           f"measured windows {s['windows_per_run_s']:.1f} s; outside {s['outside_per_run_s']:.1f} s "
-          f"= {100 * (s['outside_ratio'] or 0):.0f}% of the wall")
+          f"= {100 * (s['outside_ratio'] or 0):.1f}% of the wall; the engine's stops {s['stops_per_run_s']:.1f} s "
+          f"(measured too, stop_s): {100 * (s['outside_ratio_stop_measured'] or 0):.1f}% outside every measured window")
     names = list(dict.fromkeys(ph for t in s["trials"] for ph in t["phases"]))  # in the order they ran
-    print(f"{'trial':<34} {'status':<7} {'wall':>6} {'window':>6} {'outside':>7} "
+    print(f"{'trial':<34} {'status':<7} {'wall':>6} {'window':>6} {'outside':>7} {'stop':>5} "
           + " ".join(f"{ph:>8}" for ph in names) + f" {'runner':>6}")
     for t in s["trials"]:
         cells = " ".join(f"{_outside_of(t['phases'].get(ph)):>8.2f}" for ph in names)
         print(f"{t['trial'][:34]:<34} {t['status']:<7} {t['wall']:>6.2f} {t['window']:>6.2f} {t['outside']:>7.2f} "
-              f"{cells} {t['runner']:>6.2f}")
+              f"{t['stop']:>5.2f} {cells} {t['runner']:>6.2f}")
     m = s["trial_median_s"]
-    print(f"{'median per trial':<42} {m['wall']:>6.2f} {m['window']:>6.2f} {m['outside']:>7.2f}"
+    print(f"{'median per trial':<42} {m['wall']:>6.2f} {m['window']:>6.2f} {m['outside']:>7.2f} {m['stop']:>5.2f}"
           f"{'':>{9 * len(names)}} {m['runner']:>6.2f}")
+    if s["prepare_steps_median_s"]:
+        steps = s["prepare_steps_median_s"].items()
+        print("prepare's steps (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps))
     print(f"\n{'phase (median s)':<18} {'total':>7} {'startup':>8} {'tasks':>7} {'teardown':>9} {'outside':>8}")
     for ph, parts in s["phase_median_s"].items():
         print(f"{ph:<18} {parts['total']:>7.2f} {parts['startup']:>8.2f} {parts['tasks']:>7.2f} "
