@@ -239,23 +239,24 @@ def start_phase(
     write_extravars(private_data_dir, extravars)
     running = RunningPhase(phase, limit, timeout_s, lease, time.time())
     logger.debug("phase %s: %s on %s", phase, playbook, limit)
-    try:
-        running._thread, running._runner = ansible_runner.run_async(
-            private_data_dir=str(private_data_dir),
-            project_dir=str(project_dir),
-            playbook=str(playbook),
-            inventory=str(inventory),
-            limit=limit,
-            ident=phase,
-            envvars=_envvars(project_dir, lease),
-            quiet=True,
-            timeout=max(1, round(timeout_s)),
-            event_handler=lambda event: running.on_event(event, on_task),
-            cancel_callback=cancel,
-        )
-    except Exception as exc:  # a broken run is a recorded failure, not a crash (logged with its traceback)
-        logger.exception("ansible-runner could not run phase %s", phase)
-        running._error = str(exc)
+    kwargs = dict(
+        private_data_dir=str(private_data_dir), project_dir=str(project_dir), playbook=str(playbook),
+        inventory=str(inventory), limit=limit, ident=phase, envvars=_envvars(project_dir, lease), quiet=True,
+        timeout=max(1, round(timeout_s)), event_handler=lambda event: running.on_event(event, on_task),
+        cancel_callback=cancel,
+    )
+
+    def run() -> None:
+        try:
+            running._runner = ansible_runner.run(**kwargs)
+        except Exception as exc:  # a broken run is a recorded failure, not a crash (logged with its traceback)
+            logger.exception("ansible-runner could not run phase %s", phase)
+            running._error = str(exc)
+
+    # ansible_runner.run in a thread of ours, not run_async: an exception it raises (a full disk)
+    # must end the run as a failure, where run_async's thread would die and leave its status pending.
+    running._thread = threading.Thread(target=run, name=f"phase-{phase}", daemon=True)
+    running._thread.start()
     return running
 
 
