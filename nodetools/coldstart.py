@@ -6,7 +6,7 @@
     python -m nodetools.coldstart prepare --dir WORKDIR --launch-json JSON [--fresh-cache DIR] [--empty-cache]
         [--page-cache drop|warm|keep] [--drop-scope global|files] [--model PATH]
         [--engine-python PY --bytecode-packages vllm,torch] [--reap-leases DIR] [--make-model ARGV_JSON]
-        [--python-module MOD] [--exists PATH ...] [--docker-image IMG] [--vllm-subcommand NAME]
+        [--check [--python-module MOD] [--exists PATH ...] [--docker-image IMG] [--vllm-subcommand NAME]]
     python -m nodetools.coldstart cleanup --dir WORKDIR --port N [--container NAME] [--trial ID] [--lease-dir DIR]
 
 ``launch.json`` holds ``argv``, ``env``, ``stop_argv``, ``port`` and ``model`` (what the playbook
@@ -32,8 +32,8 @@ playbook's cleanup runs only when a timer did not finish cleanly. Stdlib only: t
 
 ``prepare`` does everything before the start in one program (:mod:`nodetools.startprep`): stop
 what an earlier, killed attempt left (``--reap-leases``), make the model if it is missing
-(``--make-model``), check the mode's preconditions (the launch's port and GPUs, a module the mode
-needs, a vLLM subcommand); then, unless one is unmet, an emptied trial folder and fresh cache, the
+(``--make-model``), check the mode's preconditions (``--check``: the launch's port and GPUs, a
+module the mode needs, a vLLM subcommand); then, unless one is unmet, an emptied trial folder and fresh cache, the
 persistent caches emptied with ``--empty-cache``, the cache folders, ``launch.json``, what the
 start begins from in ``prepare.json`` (the caches' state, the engine's warm ``.pyc`` fractions),
 then the page cache dropped or the weights read. It prints JSON ``{"reasons": [...], "changed":
@@ -324,6 +324,8 @@ def _main_prepare(argv: list[str]) -> int:
     before.add_argument("--reap-leases", type=Path, default=None,
                         help="first stop what the stale leases in this folder name (an earlier, killed attempt)")
     before.add_argument("--make-model", default="", help="JSON argv that makes --model when it has no config.json")
+    before.add_argument("--check", action="store_true",
+                        help="check the mode's preconditions (the launch's port and GPUs, and the options below)")
     before.add_argument("--python-module", default="", help="a module the mode needs beside the engine")
     before.add_argument("--exists", nargs="*", default=[], help="paths the mode needs")
     before.add_argument("--docker-image", default="", help="the engine's image (for --python-module)")
@@ -334,16 +336,17 @@ def _main_prepare(argv: list[str]) -> int:
         make_model = json.loads(args.make_model) if args.make_model else []
         if not isinstance(launch, dict) or not isinstance(make_model, list):
             raise ValueError("--launch-json must be a JSON object and --make-model a JSON list")
-        int(launch["port"])
+        if args.check:
+            int(launch["port"])
     except KeyError:
-        print("coldstart prepare: --launch-json has no port", file=sys.stderr)
+        print("coldstart prepare: --check needs the port in --launch-json", file=sys.stderr)
         return exitcodes.BAD_INPUT
     except ValueError as exc:
         print(f"coldstart prepare: bad JSON argument: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT
     packages = tuple(name.strip() for name in args.bytecode_packages.split(",") if name.strip())
     checks = Checks(args.engine_python, args.python_module, tuple(args.exists), args.docker_image,
-                    args.vllm_subcommand)
+                    args.vllm_subcommand) if args.check else None
     try:
         changed, reasons, steps = before_prepare(launch, args.reap_leases, args.model, make_model, checks)
         if reasons:  # a skip changes nothing more: the node stays as the last trial left it

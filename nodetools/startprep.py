@@ -90,9 +90,9 @@ def _make_model(model: str, argv: list[str]) -> list[str]:
 
 
 def before_prepare(launch: dict[str, Any], leases: Path | None, model: str, make_model: list[str],
-                   checks: Checks) -> tuple[list[str], list[str], dict[str, float]]:
-    """Stop leftovers, make the model, check the preconditions: (what changed, reasons to skip,
-    seconds per step)."""
+                   checks: Checks | None) -> tuple[list[str], list[str], dict[str, float]]:
+    """Stop leftovers (``leases``), make the model, check the preconditions (``checks``), each only
+    when given: (what changed, reasons to skip, seconds per step)."""
     changed: list[str] = []
     steps: dict[str, float] = {}
     started = time.monotonic()
@@ -102,12 +102,15 @@ def before_prepare(launch: dict[str, Any], leases: Path | None, model: str, make
             raise PrepareError(f"an earlier attempt's processes outlived SIGKILL: {', '.join(reaped['still_running'])}")
         changed += [f"stopped {what}" for what in reaped["stopped"]]
         steps["reap_s"] = round(time.monotonic() - started, 3)
-    started = time.monotonic()
-    changed += _make_model(model, make_model)
-    steps["model_s"] = round(time.monotonic() - started, 3)
-    started = time.monotonic()
-    reasons = checks.reasons(launch)
-    steps["preconditions_s"] = round(time.monotonic() - started, 3)
+    if make_model:
+        started = time.monotonic()
+        changed += _make_model(model, make_model)
+        steps["model_s"] = round(time.monotonic() - started, 3)
+    reasons: list[str] = []
+    if checks is not None:
+        started = time.monotonic()
+        reasons = checks.reasons(launch)
+        steps["preconditions_s"] = round(time.monotonic() - started, 3)
     return changed, reasons, steps
 
 

@@ -37,7 +37,7 @@ def test_an_unmet_precondition_skips_and_changes_nothing(tmp_path: Path) -> None
     (work / "server.log").write_text("an earlier attempt's log\n")
     made = tmp_path / "made"
     done = node_tool("prepare", "--dir", str(work), "--launch-json", json.dumps(_launch(tmp_path, free_port())),
-                     "--python-module", "no_such_module_here", "--engine-python", sys.executable,
+                     "--check", "--python-module", "no_such_module_here", "--engine-python", sys.executable,
                      "--exists", str(tmp_path / "no-vllm"), "--page-cache", "drop", "--drop-scope", "files",
                      "--model", str(tmp_path / "model"),
                      "--make-model", json.dumps([sys.executable, "-c", f"open({str(made)!r}, 'w')"]))
@@ -57,7 +57,8 @@ def test_a_port_that_answers_is_a_reason(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        done = node_tool("prepare", "--dir", str(tmp_path / "t"), "--launch-json", json.dumps(_launch(tmp_path, port)))
+        done = node_tool("prepare", "--dir", str(tmp_path / "t"), "--launch-json", json.dumps(_launch(tmp_path, port)),
+                         "--check")
     assert json.loads(done.stdout)["reasons"] == [f"port {port} already answers: another server runs on this node"]
 
 
@@ -73,7 +74,7 @@ def test_prepare_reaps_a_killed_attempts_engine_then_makes_a_missing_model_once(
                  "(p / 'config.json').write_text('{}')", str(model)]
         launch = json.dumps(_launch(tmp_path, free_port()))
         first = node_tool("prepare", "--dir", str(tmp_path / "t1"), "--launch-json", launch, "--reap-leases",
-                          str(leases), "--model", str(model), "--make-model", json.dumps(maker))
+                          str(leases), "--model", str(model), "--make-model", json.dumps(maker), "--check")
         assert first.returncode == exitcodes.OK, first.stderr
         out = json.loads(first.stdout)
         assert f"stopped process group {orphan.pid} (engine on port 1, trial startup.disk_cold.r0)" in out["changed"]
