@@ -6,7 +6,8 @@
     python -m nodetools.coldstart prepare --dir WORKDIR --launch-json JSON [--fresh-cache DIR] [--empty-cache]
         [--page-cache drop|warm|keep] [--drop-scope global|files] [--model PATH]
         [--engine-python PY --bytecode-packages vllm,torch] [--reap-leases DIR] [--make-model ARGV_JSON]
-        [--check [--python-module MOD] [--exists PATH ...] [--docker-image IMG] [--vllm-subcommand NAME]]
+        [--check [--python-module MOD] [--exists PATH ...] [--docker-image IMG]
+                 [--vllm-subcommand NAME [--answers-dir DIR]]]
     python -m nodetools.coldstart cleanup --dir WORKDIR --port N [--container NAME] [--trial ID] [--lease-dir DIR]
 
 ``launch.json`` holds ``argv``, ``env``, ``stop_argv``, ``port`` and ``model`` (what the playbook
@@ -330,6 +331,8 @@ def _main_prepare(argv: list[str]) -> int:
     before.add_argument("--exists", nargs="*", default=[], help="paths the mode needs")
     before.add_argument("--docker-image", default="", help="the engine's image (for --python-module)")
     before.add_argument("--vllm-subcommand", default="", help="a vLLM command the mode runs (preload)")
+    before.add_argument("--answers-dir", type=Path, default=None,
+                        help="keep the vLLM subcommand's answer here (asking imports vLLM: once per install)")
     args = p.parse_args(argv)
     try:
         launch = json.loads(args.launch_json)
@@ -346,7 +349,7 @@ def _main_prepare(argv: list[str]) -> int:
         return exitcodes.BAD_INPUT
     packages = tuple(name.strip() for name in args.bytecode_packages.split(",") if name.strip())
     checks = Checks(args.engine_python, args.python_module, tuple(args.exists), args.docker_image,
-                    args.vllm_subcommand) if args.check else None
+                    args.vllm_subcommand, args.answers_dir) if args.check else None
     try:
         changed, reasons, steps = before_prepare(launch, args.reap_leases, args.model, make_model, checks)
         if reasons:  # a skip changes nothing more: the node stays as the last trial left it

@@ -64,6 +64,7 @@ class Checks:
     exists: tuple[str, ...] = ()
     docker_image: str = ""
     vllm_subcommand: str = ""
+    answers: Path | None = None  # where the vLLM subcommand's answer is kept (nodetools/vllm_cli.py)
 
     def reasons(self, launch: dict[str, Any]) -> list[str]:
         """Why the mode cannot start here, in words a user can act on (empty: it can)."""
@@ -74,7 +75,7 @@ class Checks:
                         "" if in_docker else self.python_module, self.docker_image,
                         self.python_module if in_docker else "", pythonpath)
         if self.vllm_subcommand:
-            reasons += subcommand_reasons(launch, self.vllm_subcommand, self.vllm_subcommand)
+            reasons += subcommand_reasons(launch, self.vllm_subcommand, self.vllm_subcommand, self.answers)
         return reasons
 
 

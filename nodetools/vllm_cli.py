@@ -2,16 +2,25 @@
 vLLM has another subcommand (``preload``, ``snapshot``) — run it with ``--help`` and the engine's
 environment, since a vLLM installed with ``--target`` is only found on the engine's PYTHONPATH.
 
+Asking costs vLLM's imports (28 s on the H200, once per trial): with ``answers`` (a folder of the
+campaign's on the node) the answer is kept there, keyed by the command, the engine's PYTHONPATH and
+the modification times of those paths (an install or upgrade of vLLM changes them), so a mode's
+later repeats do not ask again.
+
 Stdlib only: this runs on the node.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
-from nodetools.proc import launch_env, run_captured
+from nodetools.proc import launch_env, run_captured, write_json_atomic
 
 __all__ = ["HELP_TIMEOUT_S", "serve_split", "subcommand_reasons"]
 
@@ -31,16 +40,46 @@ def serve_split(launch: dict[str, Any], mode: str) -> tuple[list[str], list[str]
     return argv[:at], argv[at + 1:], ""
 
 
-def subcommand_reasons(launch: dict[str, Any], subcommand: str, mode: str) -> list[str]:
-    """Why the launch's vLLM cannot run ``subcommand`` (each reason names the command), or nothing."""
+def _answer_file(answers: Path, vllm: list[str], env: dict[str, str], subcommand: str) -> Path:
+    """Where the answer for this command and install is kept: the key changes with either."""
+    paths = [shutil.which(vllm[0]) or vllm[0], *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    stamps = []
+    for path in paths:
+        try:
+            stamps.append(Path(path).stat().st_mtime_ns)
+        except OSError:
+            stamps.append(None)
+    key = json.dumps({"argv": vllm, "pythonpath": env.get("PYTHONPATH", ""), "paths": paths, "mtimes": stamps})
+    return answers / f"vllm-{subcommand}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def subcommand_reasons(launch: dict[str, Any], subcommand: str, mode: str, answers: Path | None = None) -> list[str]:
+    """Why the launch's vLLM cannot run ``subcommand`` (each reason names the command), or nothing;
+    with ``answers``, asked once per install and kept in that folder."""
     vllm, _, why = serve_split(launch, mode)
     if why:
         return [why]
     shown = f"'{' '.join(vllm)} {subcommand}'"
     if shutil.which(vllm[0]) is None:
         return [f"{shown} is not available: {vllm[0]} not found"]
+    env = launch_env(launch)
+    kept = _answer_file(answers, vllm, env, subcommand) if answers is not None else None
+    if kept is not None:
+        try:
+            return [str(r) for r in json.loads(kept.read_text())["reasons"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    reasons = _ask(vllm, subcommand, shown, env)
+    if kept is not None and (not reasons or "did not answer" not in reasons[0]):  # a time-out is no answer
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(kept, {"command": [*vllm, subcommand, "--help"], "reasons": reasons})
+    return reasons
+
+
+def _ask(vllm: list[str], subcommand: str, shown: str, env: dict[str, str]) -> list[str]:
+    """``VLLM SUBCOMMAND --help`` with the engine's environment: empty when it answers."""
     try:
-        done = run_captured([*vllm, subcommand, "--help"], HELP_TIMEOUT_S, launch_env(launch))
+        done = run_captured([*vllm, subcommand, "--help"], HELP_TIMEOUT_S, env)
     except subprocess.TimeoutExpired:
         return [f"{shown} did not answer --help within {HELP_TIMEOUT_S} s"]
     if done.returncode == 0:

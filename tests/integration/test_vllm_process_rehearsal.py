@@ -75,15 +75,30 @@ experiments:
     modes: [fastsafetensors]
     repeats: 1
     timeout_s: 180
+  - kind: startup
+    name: nopreload
+    modes: [preload]
+    repeats: 2
+    timeout_s: 180
 """)
     results = tmp_path / "results"
     assert main([str(path), "--quiet", "--results", str(results)]) == 0
+    # This vLLM has no preload: both repeats are skipped rows in its words, asked once (the answer
+    # is kept in the campaign's folder on the node: asking imports vLLM, 28 s on the H200).
+    preload = [json.loads((results / f"trials/nopreload.preload.r{r}@localhost/trial.json").read_text())
+               for r in (1, 2)]
+    assert [t["status"] for t in preload] == ["skipped", "skipped"]
+    assert preload[0]["reason"] == preload[1]["reason"]
+    said = "vllm.entrypoints.cli.main preload' is not available (this vLLM has no preload command)"
+    assert said in preload[0]["reason"]
+    (kept,) = (tmp_path / "remote").rglob(".answers/vllm-preload-*.json")
+    assert json.loads(kept.read_text())["reasons"] == [preload[0]["reason"]]
 
     marker = json.loads((model / "rehearsal.json").read_text())
     assert marker["random_weights"] is True and marker["preset"] == "qwen3-tiny"
     with (results / "startup.csv").open() as fh:
         rows = {r["repeat"] if r["trial_id"].startswith("startup.") else r["trial_id"].split(".")[0]: r
-                for r in csv.DictReader(fh)}
+                for r in csv.DictReader(fh) if r["mode"] != "preload"}
     assert {r["status"] for r in rows.values()} == {"ok"}, rows
     # The loader's package is beside vLLM, not in the engine's own Python: the preflight looks
     # with the engine's PYTHONPATH (on the H200 a check without it skipped an installed loader).

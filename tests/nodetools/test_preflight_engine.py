@@ -10,6 +10,7 @@ argparse, so a missing subcommand fails as vLLM 0.24.0's does.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -115,3 +116,21 @@ def test_a_vllm_that_does_not_answer_is_a_reason_not_a_hang(tmp_path: Path, monk
         f"'{slow} -m vllm.entrypoints.cli.main preload' did not answer --help within 0.3 s"]
     assert vllm_cli.serve_split({"argv": ["vllm", "serve"]}, "preload")[2] == (
         "preload needs the model after serve, not ['vllm', 'serve']")
+
+
+def test_the_answer_is_kept_for_the_campaigns_later_trials_until_the_install_changes(tmp_path: Path) -> None:
+    # Asking imports vLLM (28 s on the H200 for each preload trial): one question per install.
+    from nodetools import vllm_cli
+
+    site = mock_vllm_site(tmp_path / "site", MOCK_VLLM_MAIN)
+    launch = launch_of(site)
+    answers = tmp_path / ".answers"
+    first = vllm_cli.subcommand_reasons(launch, "preload", "preload", answers)
+    assert first and "this vLLM has no preload command" in first[0]
+    (kept,) = answers.glob("vllm-preload-*.json")
+    kept.write_text(json.dumps({"reasons": ["the kept answer"]}))  # shows that it is read, not asked again
+    assert vllm_cli.subcommand_reasons(launch, "preload", "preload", answers) == ["the kept answer"]
+    stamp = site.stat().st_mtime_ns
+    os.utime(site, ns=(stamp + 10**9, stamp + 10**9))  # vLLM reinstalled in its --target folder
+    assert vllm_cli.subcommand_reasons(launch, "preload", "preload", answers) == first
+    assert len(list(answers.glob("vllm-preload-*.json"))) == 2
