@@ -351,7 +351,7 @@ def _main_prepare(argv: list[str]) -> int:
     checks = Checks(args.engine_python, args.python_module, tuple(args.exists), args.docker_image,
                     args.vllm_subcommand, args.answers_dir) if args.check else None
     try:
-        changed, reasons, steps = before_prepare(launch, args.reap_leases, args.model, make_model, checks)
+        changed, reasons, steps = before_prepare(launch, args.dir, args.reap_leases, args.model, make_model, checks)
         if reasons:  # a skip changes nothing more: the node stays as the last trial left it
             print(json.dumps({"reasons": reasons, "changed": changed, "steps_s": steps}))
             return exitcodes.OK

@@ -90,10 +90,12 @@ def _make_model(model: str, argv: list[str]) -> list[str]:
     return [f"made the model {model}"]
 
 
-def before_prepare(launch: dict[str, Any], leases: Path | None, model: str, make_model: list[str],
+def before_prepare(launch: dict[str, Any], workdir: Path, leases: Path | None, model: str, make_model: list[str],
                    checks: Checks | None) -> tuple[list[str], list[str], dict[str, float]]:
-    """Stop leftovers (``leases``), make the model, check the preconditions (``checks``), each only
-    when given: (what changed, reasons to skip, seconds per step)."""
+    """Stop leftovers (``leases``) and empty the trial's folder, make the model, check the
+    preconditions (``checks``), each only when given: (what changed, reasons to skip, seconds per
+    step). The folder goes before any check, so a skip or a failure never fetches an earlier
+    attempt's files as its own."""
     changed: list[str] = []
     steps: dict[str, float] = {}
     started = time.monotonic()
@@ -102,6 +104,9 @@ def before_prepare(launch: dict[str, Any], leases: Path | None, model: str, make
         if reaped["still_running"]:
             raise PrepareError(f"an earlier attempt's processes outlived SIGKILL: {', '.join(reaped['still_running'])}")
         changed += [f"stopped {what}" for what in reaped["stopped"]]
+        if workdir.exists() and len(workdir.resolve().parts) >= 3:  # <remote_dir>/<campaign>/<host>/<trial>
+            shutil.rmtree(workdir)
+            changed.append(f"emptied {workdir}")
         steps["reap_s"] = round(time.monotonic() - started, 3)
     if make_model:
         started = time.monotonic()

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +41,22 @@ def serve_split(launch: dict[str, Any], mode: str) -> tuple[list[str], list[str]
     return argv[:at], argv[at + 1:], ""
 
 
+def _install_paths(vllm: list[str], env: dict[str, str]) -> list[str]:
+    """Paths whose modification times change when vLLM is installed, upgraded or removed: the
+    command (a venv's ``vllm`` script is rewritten), the interpreter and the site folders beside
+    it, every PYTHONPATH folder (``pip --target`` replaces entries there), and vLLM's CLI folder
+    in each of them."""
+    command = shutil.which(vllm[0]) or vllm[0]
+    roots = [Path(command).parent.parent, Path(os.path.realpath(command)).parent.parent]
+    sites = sorted({str(p) for root in roots for p in root.glob("lib/python3*/site-packages")})
+    folders = [*(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *sites]
+    return [command, os.path.realpath(command), *folders,
+            *(str(Path(f) / "vllm" / "entrypoints" / "cli") for f in folders)]
+
+
 def _answer_file(answers: Path, vllm: list[str], env: dict[str, str], subcommand: str) -> Path:
     """Where the answer for this command and install is kept: the key changes with either."""
-    paths = [shutil.which(vllm[0]) or vllm[0], *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    paths = _install_paths(vllm, env)
     stamps = []
     for path in paths:
         try:
@@ -69,21 +83,23 @@ def subcommand_reasons(launch: dict[str, Any], subcommand: str, mode: str, answe
             return [str(r) for r in json.loads(kept.read_text())["reasons"]]
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    reasons = _ask(vllm, subcommand, shown, env)
-    if kept is not None and (not reasons or "did not answer" not in reasons[0]):  # a time-out is no answer
+    reasons, definite = _ask(vllm, subcommand, shown, env)
+    if kept is not None and definite:
         kept.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(kept, {"command": [*vllm, subcommand, "--help"], "reasons": reasons})
+        write_json_atomic(kept, {"command": [*vllm, subcommand, "--help"], "reasons": reasons, "asked": time.time()})
     return reasons
 
 
-def _ask(vllm: list[str], subcommand: str, shown: str, env: dict[str, str]) -> list[str]:
-    """``VLLM SUBCOMMAND --help`` with the engine's environment: empty when it answers."""
+def _ask(vllm: list[str], subcommand: str, shown: str, env: dict[str, str]) -> tuple[list[str], bool]:
+    """``VLLM SUBCOMMAND --help`` with the engine's environment: (reasons, empty when it answers;
+    whether the answer is definite: it answered, or its argument parser refused the subcommand,
+    never a crash or a time-out, which are kept for no later trial)."""
     try:
         done = run_captured([*vllm, subcommand, "--help"], HELP_TIMEOUT_S, env)
     except subprocess.TimeoutExpired:
-        return [f"{shown} did not answer --help within {HELP_TIMEOUT_S} s"]
+        return [f"{shown} did not answer --help within {HELP_TIMEOUT_S} s"], False
     if done.returncode == 0:
-        return []
+        return [], True
     said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-    return [f"{shown} is not available (this vLLM has no {subcommand} command): "
-            f"{said[-1] if said else f'exit {done.returncode}'}"]
+    last = said[-1] if said else f"exit {done.returncode}"
+    return [f"{shown} is not available (this vLLM has no {subcommand} command): {last}"], "invalid choice" in last

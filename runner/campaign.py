@@ -22,7 +22,7 @@ from typing import Any
 from runner.errors import ResultsWriteError
 from runner.execute import PhaseResult, RunningPhase, run_phase, start_phase
 from runner.experiments import KINDS
-from runner.experiments.base import Phase, TrialContext
+from runner.experiments.base import ExperimentKind, Phase, TrialContext
 from runner.experiments.facts import PLAYBOOK as FACTS_PLAYBOOK
 from runner.inventory import Inventory
 from runner.livelog import LogFollower
@@ -130,16 +130,31 @@ def _start(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, extravars: di
 
 
 class _Overlap:
-    """The host's next trial, which this trial's phase may start early (``Phase.overlap_from``)."""
+    """The host's next trial, which this trial's phase may start early (``Phase.overlap_from``):
+    only when that trial's first playbook begins by waiting for its turn (``Phase.waits_for_turn``)."""
 
     def __init__(self, ctx: _Ctx, next_trial: Trial | None, timeout_s: float) -> None:
-        self.ctx, self.next_trial, self.timeout_s = ctx, next_trial, timeout_s
+        waits = next_trial is not None and KINDS[next_trial.kind].phases[0].waits_for_turn
+        self.ctx, self.next_trial = ctx, next_trial if waits else None
+        # The longest the early run may wait: this trial's limit, and the probe of a lost host after it.
+        self.wait_s = timeout_s + PROBE_TIMEOUT_S + 60
         self.early: EarlyRun | None = None
+        self.tried = False
 
     def on_task(self, phase: Phase, task: str) -> None:
-        if (self.early is None and self.next_trial is not None and phase.overlap_from
-                and task.startswith(phase.overlap_from) and not self.ctx.stop.is_set()):
-            self.early = _start_early(self.ctx, self.next_trial, self.timeout_s)
+        if (self.tried or self.next_trial is None or not phase.overlap_from
+                or not task.startswith(phase.overlap_from) or self.ctx.stop.is_set()):
+            return
+        self.tried = True  # once: a start that failed is not tried again at the next task
+        try:
+            self.early = _start_early(self.ctx, self.next_trial, self.wait_s)
+        except (OSError, ResultsWriteError):  # called from ansible-runner's event thread, which would hide it
+            logger.exception("could not start %s early; it starts in its turn", self.next_trial.id)
+
+    def cancel(self) -> None:
+        if self.early is not None:
+            self.early.cancel()
+            self.early = None
 
 
 def _start_early(ctx: _Ctx, trial: Trial, wait_s: float) -> EarlyRun:
@@ -148,11 +163,15 @@ def _start_early(ctx: _Ctx, trial: Trial, wait_s: float) -> EarlyRun:
     trial_dir = ctx.store.begin_trial(trial.id)
     (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
     early = EarlyRun(trial.id, trial_dir, Turn(trial_dir / "ansible" / "turn"))
-    extravars = {**_extravars(ctx, trial, trial_dir), "exp_turn_file": str(early.turn.path),
-                 "exp_turn_timeout_s": wait_s}
-    # Its limit is its own plus the longest it may wait for its turn.
-    early.running = _start(ctx, trial, phase, trial_dir, extravars, early.task, trial.timeout_s + wait_s,
-                           ctx.stop.is_set)
+    try:
+        extravars = {**_extravars(ctx, trial, trial_dir), "exp_turn_file": str(early.turn.path),
+                     "exp_turn_timeout_s": wait_s}
+        # Its limit is its own plus the longest it may wait for its turn.
+        early.running = _start(ctx, trial, phase, trial_dir, extravars, early.task, trial.timeout_s + wait_s,
+                               ctx.stop.is_set)
+    except BaseException:
+        early.cancel()
+        raise
     return early
 
 
@@ -201,6 +220,18 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     if early is None:
         (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
     overlap = _Overlap(ctx, next_trial if not preflight_error else None, trial.timeout_s)
+    try:
+        return _run_phases(ctx, trial, kind, trial_dir, record, extravars, preflight_error, early, overlap), \
+            overlap.early
+    except BaseException:  # the next trial's early run must not outlive this one's failure
+        overlap.cancel()
+        raise
+
+
+def _run_phases(ctx: _Ctx, trial: Trial, kind: ExperimentKind, trial_dir: Path, record: TrialRecord,
+                extravars: dict[str, Any], preflight_error: str, early: EarlyRun | None,
+                overlap: _Overlap) -> TrialStatus:
+    """The trial's phases, its status and reason, its record saved."""
     failures = []
     canceled = lost = False
     if preflight_error:
@@ -254,7 +285,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     ctx.progress.trial_finished(trial.id, status, reason, record["duration_s"])
     if lost and not canceled and not _answers(ctx, trial.host):
         ctx.dead_hosts[trial.host] = f"host {trial.host} stopped answering during {trial.id} ({reason})"
-    return status, overlap.early
+    return status
 
 
 def _answers(ctx: _Ctx, host: str) -> bool:
@@ -298,7 +329,13 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
                 status = _record_not_tried(ctx, trial, facts, ctx.dead_hosts[host])
             else:
                 following = trials[index + 1] if index + 1 < len(trials) else None
-                status, early = _run_trial(ctx, trial, facts, preflight_error, early, following)
+                mine, early = early, None  # the trial owns its early run from here on
+                try:
+                    status, early = _run_trial(ctx, trial, facts, preflight_error, mine, following)
+                except BaseException:
+                    if mine is not None and mine.go_at is None:  # never given its turn: nothing ran
+                        mine.cancel()
+                    raise
             counts[status] = counts.get(status, 0) + 1
     except ResultsWriteError as exc:  # a full disk stops the run; every file already written is whole
         ctx.stopped.append(str(exc))

@@ -33,20 +33,29 @@ CANCEL = "cancel"
 class Turn:
     """A file whose exclusive lock this process holds until :meth:`release` says go or cancel."""
 
+    WIDTH = 8  # the file holds this many bytes from the start: writing the word needs no new block
+
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.pwrite(fd, b" " * self.WIDTH, 0)  # blank: a runner that dies leaves no word
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd: int | None = fd
 
     def release(self, word: str) -> None:
         if self._fd is None:
             return
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, word.encode(), 0)
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
-        self._fd = None
+        try:
+            os.pwrite(self._fd, word.encode().ljust(self.WIDTH), 0)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
 
 
 class EarlyRun:
@@ -81,9 +90,11 @@ class EarlyRun:
         return round((self.go_at or time.time()) - self.started, 3)
 
     def cancel(self) -> PhaseResult | None:
-        """Not its turn after all: its first task fails, nothing ran on the node; its folder goes."""
+        """Not its turn after all: its first task fails, nothing ran on the node; its folder goes.
+        After :meth:`go` the run is the trial's own: it is waited for, its folder kept."""
         self.turn.release(CANCEL)
         result = self.running.wait() if self.running is not None else None
-        with contextlib.suppress(OSError):
-            shutil.rmtree(self.trial_dir)
+        if self.go_at is None:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self.trial_dir)
         return result

@@ -48,6 +48,9 @@ class Phase:
     # start the next trial's run then, its first task waiting for its turn (runner/overlap.py;
     # the playbook must begin with that wait).
     overlap_from: str = ""
+    # The playbook begins by waiting for exp_turn_file when it is set (lookup 'turn'): the runner
+    # may start this phase early, as the first phase of the next trial on the host.
+    waits_for_turn: bool = False
 
 
 @dataclass(frozen=True)

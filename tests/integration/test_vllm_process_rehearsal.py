@@ -21,11 +21,13 @@ from tests.support.mock_vllm import mock_vllm_site
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
-MOCK_CLI = '''"""MOCK vllm CLI (tests only): `serve MODEL FLAGS` runs the engine stand-in; no GPU here."""
+MOCK_CLI = '''"""MOCK vllm CLI (tests only): `serve MODEL FLAGS` runs the engine stand-in; no GPU here.
+Any other subcommand is refused as vLLM 0.24.0's argument parser refused `preload` on the H200."""
 import runpy
 import sys
 
-assert sys.argv[1] == "serve", sys.argv
+if sys.argv[1] != "serve":
+    sys.exit(f"main.py: error: argument subparser: invalid choice: {sys.argv[1]!r} (choose from 'serve')")
 sys.argv = ["nodetools.standin", *sys.argv[1:]]
 runpy.run_module("nodetools.standin", run_name="__main__", alter_sys=True)
 '''

@@ -51,6 +51,14 @@ def test_an_unmet_precondition_skips_and_changes_nothing(tmp_path: Path) -> None
     assert not (tmp_path / "cache").exists() and made.exists()  # the model maker ran (its folder had no config)
     assert set(out["steps_s"]) == {"model_s", "preconditions_s"}
 
+    # With the reap (the startup trial's first step) the earlier attempt's files go before any check:
+    # a skip must not fetch them as its own.
+    again = node_tool("prepare", "--dir", str(work), "--launch-json", json.dumps(_launch(tmp_path, free_port())),
+                      "--reap-leases", str(tmp_path / ".leases"), "--check", "--exists", str(tmp_path / "no-vllm"))
+    out = json.loads(again.stdout)
+    assert out["reasons"] == [f"{tmp_path / 'no-vllm'} does not exist"] and f"emptied {work}" in out["changed"]
+    assert not work.exists()
+
 
 def test_a_port_that_answers_is_a_reason(tmp_path: Path) -> None:
     with socket.socket() as busy:

@@ -134,3 +134,14 @@ def test_the_answer_is_kept_for_the_campaigns_later_trials_until_the_install_cha
     os.utime(site, ns=(stamp + 10**9, stamp + 10**9))  # vLLM reinstalled in its --target folder
     assert vllm_cli.subcommand_reasons(launch, "preload", "preload", answers) == first
     assert len(list(answers.glob("vllm-preload-*.json"))) == 2
+
+
+def test_a_vllm_that_crashes_on_help_is_asked_again_next_time(tmp_path: Path) -> None:
+    # Only an answer is kept (it ran, or its parser refused the subcommand): a crash may pass.
+    from nodetools import vllm_cli
+
+    site = mock_vllm_site(tmp_path / "site", "raise RuntimeError('CUDA driver not ready')\n")
+    answers = tmp_path / ".answers"
+    reasons = vllm_cli.subcommand_reasons(launch_of(site), "preload", "preload", answers)
+    assert reasons and reasons[0].endswith("RuntimeError: CUDA driver not ready")
+    assert not answers.exists()

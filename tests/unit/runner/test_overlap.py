@@ -58,7 +58,7 @@ def test_the_run_waits_for_go_then_does_its_work(tmp_path: Path) -> None:
     assert marker.exists()
     assert tasks == ["The trial's node work"]  # nothing shown before the turn
     assert 2.9 < early.waited_s() < 10
-    assert (tmp_path / "trial/ansible/turn").read_text() == "go"
+    assert (tmp_path / "trial/ansible/turn").read_text().strip() == "go"
 
 
 def test_a_cancelled_turn_fails_before_any_node_work_and_leaves_no_folder(tmp_path: Path) -> None:
