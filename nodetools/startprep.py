@@ -3,10 +3,10 @@
 One node program for everything before the start, because every program a playbook runs costs a
 module run and a Python start (0.4-0.8 s each on the H200, where a trial ran five before the
 timer): :func:`before_prepare` first stops what an earlier, killed attempt left (the stale leases
-of the host's campaign folder, ``nodetools.reap``), makes the model when its folder has no
-``config.json``, and checks the mode's preconditions (``nodetools.preflight``, from the launch
-itself: its port, GPUs, PYTHONPATH and vLLM command); an unmet one is a reason to skip and
-nothing else changes. Then :func:`prepare`: an emptied trial folder and fresh cache, the
+of the host's campaign folder, ``nodetools.reap``) and empties the trial's folder, makes the model
+when its folder has no ``config.json``, and checks the mode's preconditions (``nodetools.preflight``,
+from the launch itself: its port, GPUs, PYTHONPATH and vLLM command); an unmet one is a reason to
+skip and nothing more changes. Then :func:`prepare`: an emptied trial folder and fresh cache, the
 persistent caches emptied when the mode starts from nothing (``first_start``), the cache folders,
 ``launch.json``; then what the start begins from is read from disk (:mod:`nodetools.startstate`:
 the caches' state, the engine's bytecode) into ``prepare.json`` (the timer copies it into
