@@ -12,7 +12,7 @@ description:
   - Reads GPUs (through C(nvidia-smi)), NUMA nodes, memory and page cache, C(/dev/shm) (with stale
     C(vllm_offload_*) files), CPU topology, the kernel release, block devices and mounted filesystems.
   - It only reads, so it runs the same in check mode and reports O(changed=false), unless O(dest)
-    is given: then it also writes the facts to that file (not in check mode).
+    is given, in which case it also writes the facts to that file (not in check mode).
   - An absent or failing C(nvidia-smi) is a fact (RV(node_facts.gpus=[]) and RV(node_facts.gpu_error)),
     never a module failure.
   - The result is returned both as C(ansible_facts.node_facts) and as the top-level C(node_facts) key.
@@ -65,8 +65,8 @@ options:
   dest:
     description:
       - Also write the facts as indented JSON to this file on the node (atomically, mode 0644; its
-        folder is made if missing): one task instead of gathering here and writing on the
-        controller. Reported as changed when the file's content changed.
+        folder is made if missing), so that one task does what gathering here and writing on the
+        controller did in two. Reported as changed when the file's content changed.
     type: path
   mount_timeout:
     description:
