@@ -18,7 +18,14 @@ and in all:
   playbook parse), ``tasks`` (first task to ``playbook_on_stats``, the measured window taken
   out), ``teardown`` (stats to the phase's end: ansible-playbook's exit, ansible-runner's
   wrap-up, the runner's artefact scrub);
-- the **ratio** outside / wall, and the slowest tasks (median seconds per trial).
+- the **ratio** outside / wall, twice: with the engine's stops (``stop_requested`` -> ``stopped``,
+  reported by the startup experiment as ``stop_s``, what a restart pays before its start) counted
+  as overhead and counted as measured; the slowest tasks (median seconds per trial) and prepare's
+  own steps (``prepare.json``'s ``prepare_steps_s``).
+
+A trial whose Ansible run the runner started early, while the trial before it collected
+(runner/overlap.py), counts from its turn (``waited_for_turn_s``): what it did before overlapped
+the trial before it, so only the campaign's wall and the windows make the ratio.
 
     .venv/bin/python benchmarks/bench_trial_overhead.py [--repeats 2] [--runs 3] [--modes a,b]
         [--no-ssh] [--no-follow] [--json] [--keep DIR]
