@@ -2,10 +2,13 @@
 vLLM has another subcommand (``preload``, ``snapshot``) — run it with ``--help`` and the engine's
 environment, since a vLLM installed with ``--target`` is only found on the engine's PYTHONPATH.
 
-Asking costs vLLM's imports (28 s on the H200, once per trial): with ``answers`` (a folder of the
-campaign's on the node) the answer is kept there, keyed by the command, the engine's PYTHONPATH and
-the modification times of those paths (an install or upgrade of vLLM changes them), so a mode's
-later repeats do not ask again.
+Asking costs vLLM's imports (28 s on the H200, once per trial), so two cheaper answers come first:
+vLLM's CLI defines its subcommands in ``vllm/entrypoints/cli/`` (``name = "serve"``, ...), so a
+name quoted in none of those files is no subcommand of that install (read in milliseconds, and as
+definite as its parser's refusal); and with ``answers`` (a folder of the campaign's on the node) an
+answer once asked is kept there, keyed by the command, the engine's PYTHONPATH and the modification
+times of those paths (an install or upgrade of vLLM changes them), so a mode's later repeats do not
+ask again.
 
 Stdlib only: this runs on the node.
 """
@@ -41,15 +44,21 @@ def serve_split(launch: dict[str, Any], mode: str) -> tuple[list[str], list[str]
     return argv[:at], argv[at + 1:], ""
 
 
+def _python_folders(command: str, env: dict[str, str]) -> list[str]:
+    """Where the command's Python finds vLLM, in its order: the engine's PYTHONPATH folders, then
+    the site folders beside the interpreter (or beside a venv's ``vllm`` script)."""
+    roots = [Path(command).parent.parent, Path(os.path.realpath(command)).parent.parent]
+    sites = sorted({str(p) for root in roots for p in root.glob("lib/python3*/site-packages")})
+    return [*(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *sites]
+
+
 def _install_paths(vllm: list[str], env: dict[str, str]) -> list[str]:
     """Paths whose modification times change when vLLM is installed, upgraded or removed: the
     command (a venv's ``vllm`` script is rewritten), the interpreter and the site folders beside
     it, every PYTHONPATH folder (``pip --target`` replaces entries there), and vLLM's CLI folder
     in each of them."""
     command = shutil.which(vllm[0]) or vllm[0]
-    roots = [Path(command).parent.parent, Path(os.path.realpath(command)).parent.parent]
-    sites = sorted({str(p) for root in roots for p in root.glob("lib/python3*/site-packages")})
-    folders = [*(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *sites]
+    folders = _python_folders(command, env)
     return [command, os.path.realpath(command), *folders,
             *(str(Path(f) / "vllm" / "entrypoints" / "cli") for f in folders)]
 
@@ -77,6 +86,9 @@ def subcommand_reasons(launch: dict[str, Any], subcommand: str, mode: str, answe
     if shutil.which(vllm[0]) is None:
         return [f"{shown} is not available: {vllm[0]} not found"]
     env = launch_env(launch)
+    unknown = _not_in_cli_source(vllm, env, subcommand)
+    if unknown:
+        return [f"{shown} is not available (this vLLM has no {subcommand} command): {unknown}"]
     kept = _answer_file(answers, vllm, env, subcommand) if answers is not None else None
     if kept is not None:
         try:
@@ -88,6 +100,35 @@ def subcommand_reasons(launch: dict[str, Any], subcommand: str, mode: str, answe
         kept.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(kept, {"command": [*vllm, subcommand, "--help"], "reasons": reasons, "asked": time.time()})
     return reasons
+
+
+def _cli_folder(vllm: list[str], env: dict[str, str]) -> Path | None:
+    """The ``vllm/entrypoints/cli`` folder the command imports: the first of the engine's PYTHONPATH
+    folders, then the interpreter's site folders, that has one (None: not found, ask vLLM)."""
+    for folder in _python_folders(shutil.which(vllm[0]) or vllm[0], env):
+        cli = Path(folder) / "vllm" / "entrypoints" / "cli"
+        if (cli / "main.py").is_file():
+            return cli
+    return None
+
+
+def _not_in_cli_source(vllm: list[str], env: dict[str, str], subcommand: str) -> str:
+    """Why ``subcommand`` is certainly no subcommand of this vLLM, read from its CLI's source: its
+    name quoted in none of the files there; empty when it may be one (or the source was not found)."""
+    cli = _cli_folder(vllm, env)
+    if cli is None:
+        return ""
+    quoted = (f'"{subcommand}"', f"'{subcommand}'")
+    for source in sorted(cli.rglob("*.py")):
+        try:
+            text = source.read_text(errors="replace")
+        except OSError:
+            return ""
+        if any(q in text for q in quoted):
+            return ""
+    versions = sorted(p.name[len("vllm-"):-len(".dist-info")] for p in cli.parents[2].glob("vllm-*.dist-info"))
+    version = f"vLLM {versions[-1]}, " if versions else ""
+    return f"no '{subcommand}' in its command line's source ({version}{cli})"
 
 
 def _ask(vllm: list[str], subcommand: str, shown: str, env: dict[str, str]) -> tuple[list[str], bool]:

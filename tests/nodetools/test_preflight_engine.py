@@ -140,8 +140,27 @@ def test_a_vllm_that_crashes_on_help_is_asked_again_next_time(tmp_path: Path) ->
     # Only an answer is kept (it ran, or its parser refused the subcommand): a crash may pass.
     from nodetools import vllm_cli
 
-    site = mock_vllm_site(tmp_path / "site", "raise RuntimeError('CUDA driver not ready')\n")
+    site = mock_vllm_site(tmp_path / "site", "NAME = 'preload'\nraise RuntimeError('CUDA driver not ready')\n")
     answers = tmp_path / ".answers"
     reasons = vllm_cli.subcommand_reasons(launch_of(site), "preload", "preload", answers)
     assert reasons and reasons[0].endswith("RuntimeError: CUDA driver not ready")
     assert not answers.exists()
+
+
+def test_a_subcommand_named_nowhere_in_the_cli_source_is_refused_without_running_vllm(tmp_path: Path) -> None:
+    # vLLM 0.24.0's CLI names each subcommand in vllm/entrypoints/cli/ (name = "serve"): no quoted
+    # 'preload' there is as definite as its parser's refusal, and costs no 28 s of imports.
+    from nodetools import vllm_cli
+
+    ran = tmp_path / "ran"
+    site = mock_vllm_site(tmp_path / "site", f"open({str(ran)!r}, 'w').write('asked')\nNAMES = ['serve', 'bench']\n")
+    (site / "vllm-0.24.0.dist-info").mkdir()
+    reasons = vllm_cli.subcommand_reasons(launch_of(site), "preload", "preload", tmp_path / ".answers")
+    assert reasons == [
+        f"'{sys.executable} -m vllm.entrypoints.cli.main preload' is not available (this vLLM has no preload "
+        f"command): no 'preload' in its command line's source (vLLM 0.24.0, {site / 'vllm' / 'entrypoints' / 'cli'})"]
+    assert not ran.exists()
+    # Named there (here as vLLM would: a quoted name), it is asked: the parser has the last word.
+    (site / "vllm" / "entrypoints" / "cli" / "preload.py").write_text('NAME = "preload"\n')
+    assert vllm_cli.subcommand_reasons(launch_of(site), "preload", "preload") == []
+    assert ran.read_text() == "asked"
