@@ -142,6 +142,9 @@ class _Overlap:
         self.tried = False
 
     def on_task(self, phase: Phase, task: str) -> None:
+        if self.early is not None and phase.turn_from and task.startswith(phase.turn_from):
+            self.early.let_go()  # this trial has left the node: what is left copies its files home
+            return
         if (self.tried or self.next_trial is None or not phase.overlap_from
                 or not task.startswith(phase.overlap_from) or self.ctx.stop.is_set()):
             return
@@ -237,7 +240,9 @@ def _run_phases(ctx: _Ctx, trial: Trial, kind: ExperimentKind, trial_dir: Path, 
     if preflight_error:
         failures.append(preflight_error)
     for index, phase in enumerate(kind.phases if not preflight_error else ()):
-        if (failures or canceled or _skip_reason(trial_dir) is not None) and not phase.always:
+        # The first phase always runs (the folder is new: a skip.txt there is its own, written by a
+        # run let go early, which may have ended before this trial's turn came).
+        if index > 0 and (failures or canceled or _skip_reason(trial_dir) is not None) and not phase.always:
             continue
         ctx.progress.phase(trial.id, phase.name)
         first_early = early if index == 0 else None
@@ -320,9 +325,11 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     try:
         facts, preflight_error = _preflight(ctx, host)
         for index, trial in enumerate(trials):
-            if ctx.stop.is_set():
+            # Let go while the trial before it copied its files: it runs already, and is recorded.
+            running = early is not None and early.go_at is not None
+            if ctx.stop.is_set() and not running:
                 break
-            if host in ctx.dead_hosts:
+            if host in ctx.dead_hosts and not running:
                 if early is not None:
                     early.cancel()
                     early = None

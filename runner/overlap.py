@@ -7,9 +7,12 @@ trial touches the node before its turn). The phase of the current trial names th
 this is safe (``Phase.overlap_from``); the runner then starts the next trial's first phase with
 ``exp_turn_file`` set, and that playbook's first task (``lookup('turn', ...)``,
 plugins/lookup/turn.py) blocks on the file's lock, which :class:`Turn` holds. Once the current
-trial is recorded the runner writes ``go`` and lets go; or ``cancel`` (the campaign was stopped,
-the host stopped answering), and the waiting run fails before its first real task. A runner that
-dies lets go of the lock without a word: the waiting run fails the same way.
+trial has left the node (``Phase.turn_from``: its files are still copied to the controller and
+its record written meanwhile), or else once it is recorded, the runner writes ``go`` and lets
+go; or ``cancel`` (the campaign was stopped, the host stopped answering), and the waiting run
+fails before its first real task. A run let go is its trial's own from then on: it runs and is
+recorded even when the campaign stops or the host was lost meanwhile. A runner that dies lets go
+of the lock without a word: the waiting run fails the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,7 +64,9 @@ class Turn:
 
 class EarlyRun:
     """The next trial's first phase, started early; ``start`` starts it with these callbacks:
-    ``task(name)`` for each task (nothing is shown before the turn), given by :meth:`go`."""
+    ``task(name)`` for each task, handed to the trial's ``on_task`` given by :meth:`go`. Tasks that
+    ran between :meth:`let_go` and :meth:`go` (the trial before it was still being recorded) are
+    handed over then, in order: its own overlap with the trial after it starts from them."""
 
     def __init__(self, trial_id: str, trial_dir: Path, turn: Turn) -> None:
         self.trial_id = trial_id
@@ -70,16 +76,37 @@ class EarlyRun:
         self.started = time.time()
         self.go_at: float | None = None
         self._on_task: Callable[[str], None] | None = None
+        self._held: list[str] = []
+        self._lock = threading.Lock()  # task() comes from ansible-runner's thread, go() from the runner's
 
     def task(self, name: str) -> None:
-        if self._on_task is not None:
-            self._on_task(name)
+        with self._lock:
+            if self._on_task is None:
+                if self.go_at is not None:  # before its turn only its wait for the turn runs: not shown
+                    self._held.append(name)
+                return
+        self._on_task(name)
+
+    def let_go(self) -> None:
+        """Its turn: its first task may pass (the trial before it has left the node, or is done)."""
+        with self._lock:
+            if self.go_at is not None:
+                return
+            self.go_at = time.time()
+        self.turn.release(GO)
 
     def go(self, on_task: Callable[[str], None]) -> None:
-        """Its turn: show its tasks from now on, let its first task pass."""
-        self._on_task = on_task
-        self.go_at = time.time()
-        self.turn.release(GO)
+        """Its trial's turn: its tasks go to ``on_task`` from now on, those since it was let go
+        first, and its first task passes if it was not let go yet."""
+        while True:
+            with self._lock:
+                held, self._held = self._held, []
+                if not held:
+                    self._on_task = on_task
+                    break
+            for name in held:
+                on_task(name)
+        self.let_go()
 
     def wait(self) -> PhaseResult:
         assert self.running is not None

@@ -51,6 +51,10 @@ class Phase:
     # The playbook begins by waiting for exp_turn_file when it is set (lookup 'turn'): the runner
     # may start this phase early, as the first phase of the next trial on the host.
     waits_for_turn: bool = False
+    # A task-name prefix from which this trial leaves the node alone (what is left copies its files
+    # to the controller): the next trial's run, started early, is let go then, while this one's
+    # files are copied and its record written.
+    turn_from: str = ""
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,11 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
     assert records[-1]["kind"] == "selftest" and records[-1]["phases"][0]["started"] >= records[-2]["ended"]
     for before, after in itertools.pairwise(records[:-1]):
         assert after["phases"][0]["started"] < before["ended"] <= after["started"], (before["id"], after["id"])
+        # Its turn came once the trial before it had left the node (its facts after written), while
+        # that trial's files were still copied home and its record written (Phase.turn_from).
+        turn_at = after["phases"][0]["started"] + after["phases"][0]["waited_for_turn_s"]
+        facts_after = results / "trials" / before["id"] / "raw" / "localhost" / "facts_after.json"
+        assert facts_after.stat().st_mtime <= turn_at < before["ended"], (before["id"], after["id"])
     assert not list((results / "trials").glob("*/ansible/turn")) or all(
         t.read_text().strip() == "go" for t in (results / "trials").glob("*/ansible/turn"))
 
