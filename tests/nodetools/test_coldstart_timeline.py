@@ -8,6 +8,7 @@ The engine is a real program: an "API server" that logs a vLLM line, spawns a ch
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import py_compile
@@ -182,6 +183,20 @@ def test_bytecode_state_counts_current_pyc_for_the_engine_s_interpreter(tmp_path
     sources[3].write_text("VALUE = 'changed'\n")
     warm = bytecode_state(sys.executable, env, ["pkgx"])["packages"]["pkgx"]
     assert (warm["current"], warm["fraction"]) == (2, 0.5)
+
+
+def test_a_large_package_s_bytecode_is_sampled_evenly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # vLLM, torch and transformers hold ~10,000 modules: every header read cost 0.5 s a trial on
+    # the H200. Past MAX_PYC_CHECKS an even spread in path order answers the share warm.
+    from nodetools import startstate
+
+    monkeypatch.setattr(startstate, "MAX_PYC_CHECKS", 10)
+    sources = sorted(write_package(tmp_path, 40))
+    for path in sources[:20]:  # the first half, in path order, compiled
+        py_compile.compile(str(path), doraise=True)
+    got = startstate.pyc_fraction(tmp_path / "pkgx", sys.implementation.cache_tag, importlib.util.MAGIC_NUMBER)
+    assert (got["modules"], got["checked"], got["every"]) == (40, 10, 4)
+    assert (got["current"], got["fraction"]) == (20, 0.5)
 
 
 def test_prepare_empties_the_persistent_caches_only_when_asked(tmp_path: Path) -> None:
