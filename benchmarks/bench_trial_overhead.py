@@ -21,7 +21,8 @@ and in all:
 - the **ratio** outside / wall, twice: with the engine's stops (``stop_requested`` -> ``stopped``,
   reported by the startup experiment as ``stop_s``, what a restart pays before its start) counted
   as overhead and counted as measured; the slowest tasks (median seconds per trial) and prepare's
-  own steps (``prepare.json``'s ``prepare_steps_s``).
+  own steps (``prepare.json``'s ``prepare_steps_s``) and the timer's (``timings.json``'s
+  ``timer_steps_s``: before the start command, after the engine's stop).
 
 A trial whose Ansible run the runner started early, while the trial before it collected
 (runner/overlap.py), counts from its turn (``waited_for_turn_s``): what it did before overlapped
@@ -173,6 +174,7 @@ def analyse_trial(trial_dir: Path) -> TrialOverhead:
     in_phases = sum(p.total for p in phases.values())
     wall = float(record["ended"]) - float(record["started"])
     steps = ((timings.get("before_start") or {}).get("prepare_steps_s")) or {}
+    steps = {**steps, **{f"timer_{k}": v for k, v in (timings.get("timer_steps_s") or {}).items()}}
     return TrialOverhead(record["id"], record["status"], wall, window, wall - in_phases, phases,
                          stop_window(timings), {k: float(v) for k, v in steps.items()})
 
@@ -280,7 +282,7 @@ def print_summary(s: dict[str, Any]) -> None:
           f"{'':>{9 * len(names)}} {m['runner']:>6.2f}")
     if s["prepare_steps_median_s"]:
         steps = s["prepare_steps_median_s"].items()
-        print("prepare's steps (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps))
+        print("prepare's and the timer's steps (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps))
     print(f"\n{'phase (median s)':<18} {'total':>7} {'startup':>8} {'tasks':>7} {'teardown':>9} {'outside':>8}")
     for ph, parts in s["phase_median_s"].items():
         print(f"{ph:<18} {parts['total']:>7.2f} {parts['startup']:>8.2f} {parts['tasks']:>7.2f} "

@@ -136,6 +136,7 @@ class Timer:
         self.watch: GroupWatcher | None = None
         self._log_size_at_start = 0
         self.out: dict[str, Any] = {"poll_s": poll_s, "events": {}}
+        self.began = time.time()  # the timer's own time before the start command is overhead too
 
     def mark(self, event: str) -> float:
         t = time.time() - self.t0
@@ -270,6 +271,15 @@ class Timer:
             time.sleep(0.1)
         self.out["port_free_after_stop"] = not port_open(self.port)
         self.out["gpu_mem_mib_after_stop"] = memory_used_mib(self.gpus)
+
+    def own_steps(self) -> dict[str, float]:
+        """The timer's seconds outside the measured windows (benchmarks/bench_trial_overhead.py):
+        from its start to the start command, and from the engine's stop to now (port, GPU memory)."""
+        steps = {"before_start_s": round(self.t0 - self.began, 3)} if self.t0 else {}
+        stopped = self.out["events"].get("stopped")
+        if stopped is not None:
+            steps["after_stop_s"] = round(time.time() - self.t0 - stopped, 3)
+        return steps
 
 
 def _recorded_group(pgid_file: Path) -> tuple[int, int | None] | None:
@@ -455,6 +465,7 @@ def _measure(launch: dict[str, Any], args: argparse.Namespace, held: Claim) -> i
             timer.out["error"] = f"port {timer.port} still answers after the engine was stopped"
             rc = exitcodes.BUSY
         timer.out["rc"] = rc
+        timer.out["timer_steps_s"] = timer.own_steps()
         write_json_atomic(args.out, timer.out)
     if rc != exitcodes.OK:
         print(f"coldstart: {_failure_line(timer.out)}", file=sys.stderr)
