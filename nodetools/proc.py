@@ -81,6 +81,30 @@ def group_members(pgid: int, proc_root: Path = PROC) -> list[tuple[int, int]]:
     return sorted(out)
 
 
+IO_FIELDS = ("rchar", "wchar", "read_bytes", "write_bytes")
+
+
+def group_io(pgid: int, proc_root: Path = PROC) -> dict[str, int]:
+    """The file I/O of process group ``pgid``'s live processes, summed from ``/proc/<pid>/io``:
+    ``rchar`` / ``wchar`` (bytes through read()/write(), page cache hits included), ``read_bytes`` /
+    ``write_bytes`` (bytes the storage layer moved), and ``processes`` (how many were read). A KV
+    tier on disk shows here whatever its engine's metrics count."""
+    out = dict.fromkeys(IO_FIELDS, 0)
+    out["processes"] = 0
+    for pid, _ in group_members(pgid, proc_root):
+        try:
+            text = (proc_root / str(pid) / "io").read_text()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        with contextlib.suppress(KeyError, ValueError):
+            values = {k: int(fields[k]) for k in IO_FIELDS}
+            for key, value in values.items():
+                out[key] += value
+            out["processes"] += 1
+    return out
+
+
 def wait_gone(check: Callable[[], bool], timeout_s: float, step_s: float = 0.05) -> bool:
     """Poll ``check()`` (True while something still runs) until it is False or ``timeout_s`` passed;
     True when it ended."""

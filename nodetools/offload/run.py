@@ -34,7 +34,7 @@ from nodetools.loadgen.quality import QualityCheck
 from nodetools.loadgen.workload import QualitySpec, Workload, known_fields
 from nodetools.model_shapes import engine_model_dir, read_kv_bytes_per_token
 from nodetools.offload.layout import copy_dir
-from nodetools.proc import interrupt_on_term, write_json_atomic
+from nodetools.proc import group_io, interrupt_on_term, write_json_atomic
 
 __all__ = ["RunOptions", "quality_spec", "ready_timeout", "run_trial"]
 
@@ -125,6 +125,12 @@ class _Run:
             error = _metrics(timer.port, copy_dir(self.workdir, i) / f"metrics_{name}.txt")
             if error:
                 self.out["errors"].append(error)
+
+    def file_io(self) -> list[dict[str, int]]:
+        """Each copy's engine group's file I/O so far (nodetools.proc.group_io); none for a
+        container, whose engine runs outside the group (the docker client's)."""
+        return [group_io(t.proc.pid) if t.proc is not None and not t.launch.get("container") else {}
+                for t in self.timers]
 
     def dead(self) -> str | None:
         for i, timer in enumerate(self.timers):
@@ -222,7 +228,9 @@ def _measure(run: _Run, opts: RunOptions, workload: Workload, quality: QualitySp
     # line *of the load*, not one that also counts the quality check's requests.
     logs = [t.log for t in run.timers]
     run.out["log_offsets"] = [{"load_start": _size(log)} for log in logs]
+    io_before = run.file_io()  # a tier on disk is read by the engine's processes: the deltas say how much
     summary = asyncio.run(run.load(workload, model))
+    run.out["file_io"] = [{"before": b, "after": a} for b, a in zip(io_before, run.file_io())]  # noqa: B905
     interval = float((run.launch["copies"][0].get("env") or {}).get("VLLM_LOG_STATS_INTERVAL") or 10)
     for offsets, log in zip(run.out["log_offsets"], logs):  # noqa: B905 (one per log; Python 3.8 has no strict)
         offsets["load_end"] = _next_stats_line(log, _size(log), interval + 2)

@@ -85,6 +85,10 @@ def test_local_campaign_shows_the_reference_campaigns_shape(write_campaign: Call
     assert float(native["ttft_median_revisit_s"]) < 0.3 * float(hbm["ttft_median_revisit_s"])
     assert float(native["turn_wall_median_revisit_s"]) < 0.6 * float(hbm["turn_wall_median_revisit_s"])
     assert "a tier below host RAM cannot be reached" in native["tier_note"]
+    # The engines' file reads during the load are counted (/proc/<pid>/io), beside its own metrics:
+    # dummy weights and a RAM tier read next to no file (the stand-in's log and its requests aside).
+    assert 0 <= float(native["engine_file_read_gb"]) < 0.5 and native["engine_disk_read_gb"] != ""
+    assert "Files the engines' processes read and wrote during the load" in (results / "report.md").read_text()
     for row in (hbm, native):
         assert row["barrier_ok"] == "True" and row["requests_ok"] == "32" and row["requests_failed"] == "0"
         assert row["quality"].startswith("n/a (engine=stand-in") and row["quality_correct"] == ""

@@ -391,3 +391,26 @@ def test_bad_input_exits_2_in_every_tool(argv: list[str]) -> None:
     done = node_tool(*argv)
     assert done.returncode == exitcodes.BAD_INPUT == 2, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_group_io_counts_what_every_process_of_the_group_read(tmp_path: Path) -> None:
+    # A KV tier on disk is read by the engine's processes (EngineCore's threads): /proc/<pid>/io
+    # counts it whatever the engine's own metrics say.
+    from nodetools.proc import group_io
+
+    data = tmp_path / "tier.bin"
+    data.write_bytes(os.urandom(4 << 20))
+    done = tmp_path / "read"
+    reader = f"open({str(data)!r}, 'rb').read(); open({str(done)!r}, 'w').close(); import time; time.sleep(30)"
+    proc = subprocess.Popen(["sh", "-c", f"{sys.executable} -c \"{reader}\" & sleep 30"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        io = group_io(proc.pid)
+        assert io["processes"] == 3  # the shell, its python child and its sleep
+        assert io["rchar"] >= 4 << 20
+        assert group_io(999_999_999) == {"rchar": 0, "wchar": 0, "read_bytes": 0, "write_bytes": 0, "processes": 0}
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()

@@ -161,6 +161,26 @@ def kv_transfers(pairs: list[tuple[dict[str, float], dict[str, float]]], windows
     return out
 
 
+# /proc/<pid>/io counter -> the row's column (engine_file_io).
+_IO_COLUMNS = {"rchar": "engine_file_read_gb", "read_bytes": "engine_disk_read_gb",
+               "wchar": "engine_file_write_gb", "write_bytes": "engine_disk_write_gb"}
+ENGINE_FILE_IO = tuple(_IO_COLUMNS.values())
+
+
+def engine_file_io(run: Mapping[str, Any]) -> dict[str, Any]:
+    """What the engines' processes read and wrote during the load (GB, decimal), summed over the
+    copies, from their ``/proc/<pid>/io`` before and after it: ``engine_file_read_gb`` through
+    read() (page cache hits included: a file-system KV tier read back from RAM counts),
+    ``engine_disk_read_gb`` from storage itself, and the same for writes. Empty when not counted."""
+    pairs = [(c.get("before") or {}, c.get("after") or {}) for c in run.get("file_io") or ()]
+    pairs = [(b, a) for b, a in pairs if b and a]
+    if not pairs:
+        return {}
+    # A process that ended during the load takes its counts with it: a delta is never below zero.
+    return {name: round(max(0, sum(a.get(k, 0) - b.get(k, 0) for b, a in pairs)) / 1e9, 3)
+            for k, name in _IO_COLUMNS.items()}
+
+
 def _quality(summary: Mapping[str, Any] | None) -> dict[str, Any]:
     if not summary:
         return {"quality": "not run"}
@@ -266,6 +286,7 @@ def collect(ctx: TrialContext) -> dict[str, Any]:
             metrics[f"external_hit_tokens_{key[5:]}"] = int(value)
     windows = [_load_window(path, offsets[i] if i < len(offsets) else {}) for i, path in enumerate(copy_logs(raw))]
     metrics.update(kv_transfers(pairs, windows))
+    metrics.update(engine_file_io(run))
     metrics.update(_tiers(ctx, raw, run, logs, metrics.pop("live_context_tokens"), store_refusals(windows)))
     load = run.get("load") or {}
     metrics["weights"] = weights_label(ctx.engine) or None

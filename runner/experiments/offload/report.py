@@ -11,6 +11,7 @@ from typing import Any
 
 from runner.errors import ParseError
 from runner.experiments.limits import NodeLimits, node_limits, transfer_limit
+from runner.experiments.offload.collect import ENGINE_FILE_IO
 from runner.files import atomic_write_text
 from runner.markdown import markdown_table
 
@@ -25,6 +26,7 @@ REPORT_COLUMNS = (
     "ws_over_hbm", "host_tier_tokens", "host_tier_source", "ws_over_hbm_plus_host", "fs_tier_tokens",
     "kv_bytes_per_token", "working_set_gib", "offload_store_refused", "tier_note", "sizing_note", "weights", "ready_s",
     "load_wall_s", "barrier_ok", "gen_loop_lag_p99_ms", "gen_cpu_s", "log_errors",
+    *ENGINE_FILE_IO,
 )
 _TRANSFER_PREFIX = "kv_"  # kv_<src>_to_<dst>_gb / _s / _gb_s and kv_transfer_source (collect.kv_transfers)
 
@@ -76,14 +78,20 @@ def _per_turn_medians(turns: Any) -> str:
 
 def _transfers(shown: Any) -> str:
     cols = [c for c in shown.columns if c.startswith(_TRANSFER_PREFIX) and "_to_" in c]
-    if not cols:
-        return ""
-    table = shown[["mode", "repeat", *sorted(cols), *(["kv_transfer_source"] if "kv_transfer_source" in shown
-                                                        else [])]]
-    return ("\nKV bytes moved per transfer type during the load (GB, seconds the engine spent, GB/s), as the engine "
-            "counted them (`kv_transfer_source`: its `/metrics` counters, else its connector's log lines, else "
-            "LMCache's own lines):\n\n"
-            + markdown_table(table))
+    text = ""
+    if cols:
+        table = shown[["mode", "repeat", *sorted(cols), *(["kv_transfer_source"] if "kv_transfer_source" in shown
+                                                            else [])]]
+        text = ("\nKV bytes moved per transfer type during the load (GB, seconds the engine spent, GB/s), as the "
+                "engine counted them (`kv_transfer_source`: its `/metrics` counters, else its connector's log lines, "
+                "else LMCache's own lines):\n\n" + markdown_table(table))
+    io = [c for c in ENGINE_FILE_IO if c in shown.columns and shown[c].notna().any()]
+    if io:
+        text += ("\n\nFiles the engines' processes read and wrote during the load (GB, from `/proc/<pid>/io`: "
+                 "`file` through read()/write(), page cache included, so a file-system tier read back from RAM "
+                 "counts; `disk` what the storage itself moved). A tier on disk shows here whether or not the "
+                 "engine's metrics count it:\n\n" + markdown_table(shown[["mode", "repeat", *io]]))
+    return text
 
 
 _TRANSFER_RATE = re.compile(r"^kv_(\w+?)_to_(\w+)_gb_s$")

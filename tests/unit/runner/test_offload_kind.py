@@ -237,3 +237,23 @@ def test_lmcache_copies_are_read_from_its_own_log_lines() -> None:
     assert moved == {"kv_cpu_to_gpu_gb": 75.632, "kv_cpu_to_gpu_s": 36.368, "kv_cpu_to_gpu_gb_s": 2.08,
                      "kv_gpu_to_cpu_gb": 28.723, "kv_gpu_to_cpu_s": 5.264, "kv_gpu_to_cpu_gb_s": 5.46,
                      "kv_transfer_source": "lmcache log"}
+
+
+def test_the_engines_file_io_during_the_load_is_the_counters_delta_summed_over_copies() -> None:
+    # vLLM 0.24.0's /metrics count CPU<->GPU copies only: the H200's tiered run moved 121 GB to the
+    # GPU with no figure for its file-system tier. The engine's own read() counters say it.
+    from runner.experiments.offload.collect import engine_file_io
+
+    gib = 2**30
+    run = {"file_io": [
+        {"before": {"rchar": 1 * gib, "read_bytes": 0, "wchar": 0, "write_bytes": 0, "processes": 3},
+         "after": {"rchar": 41 * gib, "read_bytes": 2 * gib, "wchar": 40 * gib, "write_bytes": 39 * gib}},
+        {"before": {"rchar": 0, "read_bytes": 0, "wchar": 0, "write_bytes": 5}, "after": {"rchar": gib,
+         "read_bytes": 0, "wchar": 0, "write_bytes": 0}},  # a process that ended took its counts: never < 0
+        {"before": {}, "after": {}},  # a container's copy: not counted
+    ]}
+    assert engine_file_io(run) == {"engine_file_read_gb": round(41 * gib / 1e9, 3),
+                                   "engine_disk_read_gb": round(2 * gib / 1e9, 3),
+                                   "engine_file_write_gb": round(40 * gib / 1e9, 3),
+                                   "engine_disk_write_gb": round((39 * gib - 5) / 1e9, 3)}
+    assert engine_file_io({}) == {} and engine_file_io({"file_io": [{"before": {}, "after": {}}]}) == {}
