@@ -308,11 +308,25 @@ def from_results(results: Path) -> dict[str, Any]:
     if not (results / "run.json").is_file() or not (results / "trials").is_dir():
         raise SystemExit(f"{results}: not a results folder with its trials (run.json and trials/ expected)")
     runs = (json.loads((results / "run.json").read_text()).get("runs") or [])
-    walls = [float(r["ended"]) - float(r["started"]) for r in runs if r.get("ended") and r.get("started")]
+    folders = [d for d in sorted((results / "trials").iterdir()) if (d / "trial.json").is_file()]
+    records = {d: json.loads((d / "trial.json").read_text()) for d in folders}
+    ended = [d for d in folders if records[d].get("ended")]  # a trial cut short with its machine has none
+    walls = []
+    for run in runs:
+        if not run.get("started"):
+            continue
+        end = run.get("ended")
+        if not end:  # cut short (the node was taken back): measured up to its last recorded trial
+            end = max((float(records[d]["ended"]) for d in ended if float(records[d]["started"]) >= run["started"]),
+                      default=None)
+            if end is not None:
+                print(f"{results}: a run cut short is measured up to its last recorded trial "
+                      f"({len(folders) - len(ended)} trial(s) unfinished, left out)", file=sys.stderr)
+        if end:
+            walls.append(float(end) - float(run["started"]))
     if not walls:
-        raise SystemExit(f"{results}/run.json: no finished run to measure")
-    trials = [analyse_trial(d) for d in sorted((results / "trials").iterdir()) if (d / "trial.json").is_file()]
-    return summarise(str(results), [sum(walls)], trials)
+        raise SystemExit(f"{results}/run.json: no run to measure (none finished, no trial recorded)")
+    return summarise(str(results), [sum(walls)], [analyse_trial(d) for d in ended])
 
 
 def main() -> None:
