@@ -212,7 +212,7 @@ KIND = ExperimentKind(
     # ansible-playbook start costs 1.4-2.1 s on the H200: the next trial's run starts while this
     # one collects (runner/overlap.py).
     phases=(Phase("trial", f"{PLAYBOOKS}/trial.yml", follow="server.log", overlap_from="collect_engine_files |",
-                  waits_for_turn=True, turn_from="collect_engine_files | Copy the trial's files"),),
+                  waits_for_turn=True, turn_from="collect_engine_files | Done with the node"),),
     modes={mode: _mode_model(mode) for mode in RECIPES},
     default_modes=("first_start", "disk_cold", "page_cache_warm", "enforce_eager", "sleep_wake"),
     resources=_resources,

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,18 @@ def test_collect_brings_back_exactly_the_files_the_trial_wrote(
     # A skip ends the prepare, not the play: the collect in its always: section still ran.
     assert [p["name"] for p in skipped["phases"]] == ["trial"]
     assert (results / "trials" / f"startup.runai_streamer.r1@{host}" / "raw" / host / "facts_after.json").is_file()
+    # The next trial, started early, was let go only once this one had left the node: after its
+    # last task on the node (over SSH, the fetch of its files) ended.
+    turn_at = skipped["phases"][0]["started"] + skipped["phases"][0]["waited_for_turn_s"]
+    node_work = [e for e in _job_events(trial) if e["event"].startswith("runner_")
+                 and not e["event_data"].get("task", "").endswith(("(a local connection)", "Done with the node"))]
+    assert max(_created(e) for e in node_work) <= turn_at < json.loads((trial / "trial.json").read_text())["ended"]
+
+
+def _job_events(trial: Path) -> list[dict]:
+    return [json.loads(f.read_text()) for f in (trial / "ansible/artifacts/trial/job_events").glob("*.json")]
+
+
+def _created(event: dict) -> float:
+    """An ansible-runner event's time (UTC, ISO 8601 without a zone) as epoch seconds."""
+    return datetime.fromisoformat(event["created"]).replace(tzinfo=UTC).timestamp()
