@@ -143,7 +143,8 @@ class _Overlap:
 
     def on_task(self, phase: Phase, task: str) -> None:
         if self.early is not None and phase.turn_from and task.startswith(phase.turn_from):
-            self.early.let_go()  # this trial has left the node: what is left copies its files home
+            if not self.ctx.stop.is_set():  # stopped: the next trial is cancelled, never let go
+                self.early.let_go()  # this trial has left the node: what is left copies its files home
             return
         if (self.tried or self.next_trial is None or not phase.overlap_from
                 or not task.startswith(phase.overlap_from) or self.ctx.stop.is_set()):
@@ -171,7 +172,7 @@ def _start_early(ctx: _Ctx, trial: Trial, wait_s: float) -> EarlyRun:
                      "exp_turn_timeout_s": wait_s}
         # Its limit is its own plus the longest it may wait for its turn.
         early.running = _start(ctx, trial, phase, trial_dir, extravars, early.task, trial.timeout_s + wait_s,
-                               ctx.stop.is_set)
+                               lambda: ctx.stop.is_set() or early.aborted.is_set())
     except BaseException:
         early.cancel()
         raise
@@ -340,7 +341,7 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
                 try:
                     status, early = _run_trial(ctx, trial, facts, preflight_error, mine, following)
                 except BaseException:
-                    if mine is not None and mine.go_at is None:  # never given its turn: nothing ran
+                    if mine is not None:  # not given its turn: nothing ran; let go already: it is stopped
                         mine.cancel()
                     raise
             counts[status] = counts.get(status, 0) + 1

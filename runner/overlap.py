@@ -77,6 +77,8 @@ class EarlyRun:
         self.go_at: float | None = None
         self._on_task: Callable[[str], None] | None = None
         self._held: list[str] = []
+        self.aborted = threading.Event()  # set by cancel() once let go: its run stops as on Ctrl-C
+        self._cancelled = False
         self._lock = threading.Lock()  # task() comes from ansible-runner's thread, go() from the runner's
 
     def task(self, name: str) -> None:
@@ -88,12 +90,13 @@ class EarlyRun:
         self._on_task(name)
 
     def let_go(self) -> None:
-        """Its turn: its first task may pass (the trial before it has left the node, or is done)."""
+        """Its turn: its first task may pass (the trial before it has left the node, or is done).
+        Called from ansible-runner's event thread or the runner's: the lock makes one word final."""
         with self._lock:
-            if self.go_at is not None:
+            if self.go_at is not None or self._cancelled:
                 return
             self.go_at = time.time()
-        self.turn.release(GO)
+            self.turn.release(GO)
 
     def go(self, on_task: Callable[[str], None]) -> None:
         """Its trial's turn: its tasks go to ``on_task`` from now on, those since it was let go
@@ -118,8 +121,14 @@ class EarlyRun:
 
     def cancel(self) -> PhaseResult | None:
         """Not its turn after all: its first task fails, nothing ran on the node; its folder goes.
-        After :meth:`go` the run is the trial's own: it is waited for, its folder kept."""
-        self.turn.release(CANCEL)
+        Once let go it runs on the node: it is stopped (``aborted``, which its run's cancel check
+        reads) and waited for, its folder kept for the next run to repeat."""
+        with self._lock:
+            self._cancelled = True
+            if self.go_at is None:
+                self.turn.release(CANCEL)
+            else:
+                self.aborted.set()
         result = self.running.wait() if self.running is not None else None
         if self.go_at is None:
             with contextlib.suppress(OSError):

@@ -31,8 +31,8 @@ PLAYBOOK = """\
 """
 
 
-def _early(tmp_path: Path, turn: Turn | None = None) -> tuple[EarlyRun, Path, list[str]]:
-    (tmp_path / "play.yml").write_text(PLAYBOOK)
+def _early(tmp_path: Path, turn: Turn | None = None, playbook: str = PLAYBOOK) -> tuple[EarlyRun, Path, list[str]]:
+    (tmp_path / "play.yml").write_text(playbook)
     (tmp_path / "inventory").write_text("localhost ansible_connection=local "
                                         f"ansible_python_interpreter={sys.executable}\n")
     trial_dir = tmp_path / "trial"
@@ -44,7 +44,7 @@ def _early(tmp_path: Path, turn: Turn | None = None) -> tuple[EarlyRun, Path, li
         phase="trial", playbook=tmp_path / "play.yml", project_dir=REPO, private_data_dir=trial_dir / "ansible",
         inventory=tmp_path / "inventory", limit="localhost",
         extravars={"exp_turn_file": str(turn_file), "exp_turn_timeout_s": 60, "marker": str(marker)},
-        timeout_s=120, cancel=lambda: False, on_task=early.task)
+        timeout_s=120, cancel=early.aborted.is_set, on_task=early.task)
     return early, marker, tasks
 
 
@@ -59,6 +59,31 @@ def test_the_run_waits_for_go_then_does_its_work(tmp_path: Path) -> None:
     assert tasks == ["The trial's node work"]  # nothing shown before the turn
     assert 2.9 < early.waited_s() < 10
     assert (tmp_path / "trial/ansible/turn").read_text().strip() == "go"
+
+
+def test_a_run_let_go_before_its_trial_runs_then_hands_its_tasks_over_in_order_and_can_be_stopped(
+        tmp_path: Path) -> None:
+    # The trial before it has left the node (Phase.turn_from) but is still being recorded: the run
+    # goes on, its tasks are held for its trial's display, and a failure of the trial before it
+    # stops it (it ran on the node: its folder stays for the next run to repeat).
+    early, marker, tasks = _early(tmp_path, playbook=PLAYBOOK + """\
+    - name: The trial's long node work
+      ansible.builtin.command:
+        argv: [sleep, "60"]
+""")
+    time.sleep(3.0)  # ansible-playbook blocks on the turn
+    early.let_go()
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists()  # its node work ran before its trial called go()
+    time.sleep(1.0)
+    early.go(tasks.append)
+    assert tasks == ["The trial's node work", "The trial's long node work"]
+    started = time.monotonic()
+    result = early.cancel()
+    assert result is not None and result.status == "canceled" and time.monotonic() - started < 30
+    assert (tmp_path / "trial").is_dir() and (tmp_path / "trial/ansible/turn").read_text().strip() == "go"
 
 
 def test_a_cancelled_turn_fails_before_any_node_work_and_leaves_no_folder(tmp_path: Path) -> None:
