@@ -102,14 +102,39 @@ def subcommand_reasons(launch: dict[str, Any], subcommand: str, mode: str, answe
     return reasons
 
 
+_LOCATE_VLLM = ("import importlib.util as u; s = u.find_spec('vllm'); "
+                "print((s.submodule_search_locations or [''])[0] if s else '')")
+
+
+def _engine_python(vllm: list[str]) -> str:
+    """The interpreter the command runs: ``PYTHON -m vllm...``, or a ``vllm`` script's shebang."""
+    if len(vllm) >= 2 and vllm[1] == "-m":
+        return vllm[0]
+    script = shutil.which(vllm[0])
+    try:
+        with Path(script or vllm[0]).open("rb") as fh:
+            first = fh.readline(512).decode(errors="replace")
+    except OSError:
+        return ""
+    words = first[2:].split() if first.startswith("#!") else []
+    if words and Path(words[0]).name == "env":
+        words = words[1:]
+    return words[0] if words else ""
+
+
 def _cli_folder(vllm: list[str], env: dict[str, str]) -> Path | None:
-    """The ``vllm/entrypoints/cli`` folder the command imports: the first of the engine's PYTHONPATH
-    folders, then the interpreter's site folders, that has one (None: not found, ask vLLM)."""
-    for folder in _python_folders(shutil.which(vllm[0]) or vllm[0], env):
-        cli = Path(folder) / "vllm" / "entrypoints" / "cli"
-        if (cli / "main.py").is_file():
-            return cli
-    return None
+    """The ``vllm/entrypoints/cli`` folder the command imports, as its own interpreter finds the
+    package with the engine's environment (``find_spec`` of a top-level name imports nothing: tens
+    of milliseconds); None when it cannot say (then vLLM is asked)."""
+    python = _engine_python(vllm)
+    if not python:
+        return None
+    try:
+        done = run_captured([python, "-c", _LOCATE_VLLM], 60, env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    cli = Path(done.stdout.strip()) / "entrypoints" / "cli" if done.returncode == 0 and done.stdout.strip() else None
+    return cli if cli is not None and (cli / "main.py").is_file() else None
 
 
 def _not_in_cli_source(vllm: list[str], env: dict[str, str], subcommand: str) -> str:

@@ -164,3 +164,23 @@ def test_a_subcommand_named_nowhere_in_the_cli_source_is_refused_without_running
     (site / "vllm" / "entrypoints" / "cli" / "preload.py").write_text('NAME = "preload"\n')
     assert vllm_cli.subcommand_reasons(launch_of(site), "preload", "preload") == []
     assert ran.read_text() == "asked"
+
+
+def test_the_cli_source_read_is_the_one_the_engine_s_interpreter_imports(tmp_path: Path) -> None:
+    # A venv's `vllm` script names its interpreter in its shebang; that interpreter, with the
+    # engine's environment, says where vllm is (not the alphabetical first site folder).
+    from nodetools import vllm_cli
+
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\nimport sys\n")
+    assert vllm_cli._engine_python([str(script), "serve"]) == sys.executable
+    script.write_text("#!/usr/bin/env python3 -u\n")
+    assert vllm_cli._engine_python([str(script), "serve"]) == "python3"
+    assert vllm_cli._engine_python([sys.executable, "-m", "vllm.entrypoints.cli.main"]) == sys.executable
+    old = mock_vllm_site(tmp_path / "a-old", "NAMES = ['serve']\n")  # sorts first, not on the path
+    new = mock_vllm_site(tmp_path / "b-new", "NAMES = ['serve', 'preload']\n")
+    env = {**os.environ, "PYTHONPATH": str(new)}
+    assert vllm_cli._cli_folder([sys.executable, "-m", "vllm.entrypoints.cli.main"], env) == (
+        new / "vllm" / "entrypoints" / "cli")
+    assert old.is_dir()
