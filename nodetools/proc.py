@@ -84,25 +84,23 @@ def group_members(pgid: int, proc_root: Path = PROC) -> list[tuple[int, int]]:
 IO_FIELDS = ("rchar", "wchar", "read_bytes", "write_bytes")
 
 
-def group_io(pgid: int, proc_root: Path = PROC) -> dict[str, int]:
-    """The file I/O of process group ``pgid``'s live processes, summed from ``/proc/<pid>/io``:
-    ``rchar`` / ``wchar`` (bytes through read()/write(), page cache hits included), ``read_bytes`` /
-    ``write_bytes`` (bytes the storage layer moved), and ``processes`` (how many were read). A KV
-    tier on disk shows here whatever its engine's metrics count."""
-    out = dict.fromkeys(IO_FIELDS, 0)
-    out["processes"] = 0
-    for pid, _ in group_members(pgid, proc_root):
+def group_io(pgid: int, proc_root: Path = PROC) -> dict[str, Any]:
+    """The I/O of process group ``pgid``'s live processes from ``/proc/<pid>/io``, per process
+    (``"<pid>:<start time>"`` -> ``rchar``, ``wchar``, ``read_bytes``, ``write_bytes``): ``rchar`` /
+    ``wchar`` are bytes through read()/write() (files, page-cache hits included, but pipes and
+    sockets too), ``read_bytes`` / ``write_bytes`` what the storage layer moved. Per process, so a
+    delta between two readings counts only processes alive in both. A KV tier on disk shows here
+    whatever its engine's metrics count."""
+    processes: dict[str, dict[str, int]] = {}
+    for pid, start in group_members(pgid, proc_root):
         try:
             text = (proc_root / str(pid) / "io").read_text()
         except OSError:  # gone meanwhile, or not ours to read
             continue
         fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
         with contextlib.suppress(KeyError, ValueError):
-            values = {k: int(fields[k]) for k in IO_FIELDS}
-            for key, value in values.items():
-                out[key] += value
-            out["processes"] += 1
-    return out
+            processes[f"{pid}:{start}"] = {k: int(fields[k]) for k in IO_FIELDS}
+    return {"processes": processes}
 
 
 def wait_gone(check: Callable[[], bool], timeout_s: float, step_s: float = 0.05) -> bool:

@@ -126,7 +126,7 @@ class _Run:
             if error:
                 self.out["errors"].append(error)
 
-    def file_io(self) -> list[dict[str, int]]:
+    def file_io(self) -> list[dict[str, Any]]:
         """Each copy's engine group's file I/O so far (nodetools.proc.group_io); none for a
         container, whose engine runs outside the group (the docker client's)."""
         return [group_io(t.proc.pid) if t.proc is not None and not t.launch.get("container") else {}

@@ -169,16 +169,23 @@ ENGINE_FILE_IO = tuple(_IO_COLUMNS.values())
 
 def engine_file_io(run: Mapping[str, Any]) -> dict[str, Any]:
     """What the engines' processes read and wrote during the load (GB, decimal), summed over the
-    copies, from their ``/proc/<pid>/io`` before and after it: ``engine_file_read_gb`` through
-    read() (page cache hits included: a file-system KV tier read back from RAM counts),
-    ``engine_disk_read_gb`` from storage itself, and the same for writes. Empty when not counted."""
-    pairs = [(c.get("before") or {}, c.get("after") or {}) for c in run.get("file_io") or ()]
-    pairs = [(b, a) for b, a in pairs if b and a]
-    if not pairs:
+    copies and over the processes alive both before and after it, from their ``/proc/<pid>/io``:
+    ``engine_file_read_gb`` through read() (page cache hits included, so a file-system KV tier read
+    back from RAM counts; pipes and sockets too, the engines' own traffic: megabytes),
+    ``engine_disk_read_gb`` what the storage itself moved, and the same for writes. Empty when
+    nothing was counted (a container's engine, a copy that died)."""
+    totals = dict.fromkeys(_IO_COLUMNS, 0)
+    counted = False
+    for copy in run.get("file_io") or ():
+        before = (copy.get("before") or {}).get("processes") or {}
+        after = (copy.get("after") or {}).get("processes") or {}
+        for key in before.keys() & after.keys():
+            counted = True
+            for field in _IO_COLUMNS:
+                totals[field] += max(0, int(after[key].get(field, 0)) - int(before[key].get(field, 0)))
+    if not counted:
         return {}
-    # A process that ended during the load takes its counts with it: a delta is never below zero.
-    return {name: round(max(0, sum(a.get(k, 0) - b.get(k, 0) for b, a in pairs)) / 1e9, 3)
-            for k, name in _IO_COLUMNS.items()}
+    return {name: round(totals[field] / 1e9, 3) for field, name in _IO_COLUMNS.items()}
 
 
 def _quality(summary: Mapping[str, Any] | None) -> dict[str, Any]:

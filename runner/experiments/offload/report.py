@@ -87,10 +87,11 @@ def _transfers(shown: Any) -> str:
                 "else LMCache's own lines):\n\n" + markdown_table(table))
     io = [c for c in ENGINE_FILE_IO if c in shown.columns and shown[c].notna().any()]
     if io:
-        text += ("\n\nFiles the engines' processes read and wrote during the load (GB, from `/proc/<pid>/io`: "
-                 "`file` through read()/write(), page cache included, so a file-system tier read back from RAM "
-                 "counts; `disk` what the storage itself moved). A tier on disk shows here whether or not the "
-                 "engine's metrics count it:\n\n" + markdown_table(shown[["mode", "repeat", *io]]))
+        text += ("\n\nFiles the engines' processes read and wrote during the load (GB, from `/proc/<pid>/io` of "
+                 "the processes alive before and after it: `file` through read()/write(), page cache included, so "
+                 "a file-system tier read back from RAM counts, and pipes and sockets too, the engine's own "
+                 "traffic of megabytes; `disk` what the storage itself moved). A tier on disk shows here whether "
+                 "or not the engine's metrics count it:\n\n" + markdown_table(shown[["mode", "repeat", *io]]))
     return text
 
 

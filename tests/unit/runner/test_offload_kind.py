@@ -245,15 +245,19 @@ def test_the_engines_file_io_during_the_load_is_the_counters_delta_summed_over_c
     from runner.experiments.offload.collect import engine_file_io
 
     gib = 2**30
+
+    def io(rchar: int, read: int = 0, wchar: int = 0, write: int = 0) -> dict:
+        return {"rchar": rchar, "read_bytes": read, "wchar": wchar, "write_bytes": write}
+
     run = {"file_io": [
-        {"before": {"rchar": 1 * gib, "read_bytes": 0, "wchar": 0, "write_bytes": 0, "processes": 3},
-         "after": {"rchar": 41 * gib, "read_bytes": 2 * gib, "wchar": 40 * gib, "write_bytes": 39 * gib}},
-        {"before": {"rchar": 0, "read_bytes": 0, "wchar": 0, "write_bytes": 5}, "after": {"rchar": gib,
-         "read_bytes": 0, "wchar": 0, "write_bytes": 0}},  # a process that ended took its counts: never < 0
+        {"before": {"processes": {"10:5": io(gib), "11:6": io(0)}},
+         "after": {"processes": {"10:5": io(41 * gib, 2 * gib, 40 * gib, 39 * gib), "11:6": io(gib),
+                                 "12:9": io(50 * gib)}}},  # started during the load: its lifetime is no delta
+        {"before": {"processes": {"20:1": io(9 * gib)}}, "after": {"processes": {}}},  # a copy that died
         {"before": {}, "after": {}},  # a container's copy: not counted
     ]}
     assert engine_file_io(run) == {"engine_file_read_gb": round(41 * gib / 1e9, 3),
                                    "engine_disk_read_gb": round(2 * gib / 1e9, 3),
                                    "engine_file_write_gb": round(40 * gib / 1e9, 3),
-                                   "engine_disk_write_gb": round((39 * gib - 5) / 1e9, 3)}
-    assert engine_file_io({}) == {} and engine_file_io({"file_io": [{"before": {}, "after": {}}]}) == {}
+                                   "engine_disk_write_gb": round(39 * gib / 1e9, 3)}
+    assert engine_file_io({}) == {} and engine_file_io({"file_io": [run["file_io"][1]]}) == {}
