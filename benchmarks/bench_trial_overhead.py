@@ -312,18 +312,22 @@ def from_results(results: Path) -> dict[str, Any]:
     records = {d: json.loads((d / "trial.json").read_text()) for d in folders}
     ended = [d for d in folders if records[d].get("ended")]  # a trial cut short with its machine has none
     walls = []
+    starts = sorted(float(r["started"]) for r in runs if r.get("started"))
     for run in runs:
         if not run.get("started"):
             continue
+        begin = float(run["started"])
         end = run.get("ended")
         if not end:  # cut short (the node was taken back): measured up to its last recorded trial
-            end = max((float(records[d]["ended"]) for d in ended if float(records[d]["started"]) >= run["started"]),
-                      default=None)
+            until = next((t for t in starts if t > begin), float("inf"))  # a later run resumed the folder
+            mine = [d for d in folders if begin <= float(records[d].get("started") or 0) < until]
+            end = max((float(records[d]["ended"]) for d in mine if records[d].get("ended")), default=None)
             if end is not None:
+                unfinished = sum(1 for d in mine if not records[d].get("ended"))
                 print(f"{results}: a run cut short is measured up to its last recorded trial "
-                      f"({len(folders) - len(ended)} trial(s) unfinished, left out)", file=sys.stderr)
+                      f"({unfinished} of its trials unfinished, left out)", file=sys.stderr)
         if end:
-            walls.append(float(end) - float(run["started"]))
+            walls.append(float(end) - begin)
     if not walls:
         raise SystemExit(f"{results}/run.json: no run to measure (none finished, no trial recorded)")
     return summarise(str(results), [sum(walls)], [analyse_trial(d) for d in ended])
