@@ -85,16 +85,16 @@ experiments:
 """)
     results = tmp_path / "results"
     assert main([str(path), "--quiet", "--results", str(results)]) == 0
-    # This vLLM has no preload: both repeats are skipped rows in its words, asked once (the answer
-    # is kept in the campaign's folder on the node: asking imports vLLM, 28 s on the H200).
+    # This vLLM has no preload: both repeats are skipped rows, answered from its CLI source without
+    # running it (asking imports vLLM: 28 s on the H200), so no answer had to be kept.
     preload = [json.loads((results / f"trials/nopreload.preload.r{r}@localhost/trial.json").read_text())
                for r in (1, 2)]
     assert [t["status"] for t in preload] == ["skipped", "skipped"]
     assert preload[0]["reason"] == preload[1]["reason"]
     said = "vllm.entrypoints.cli.main preload' is not available (this vLLM has no preload command)"
     assert said in preload[0]["reason"]
-    (kept,) = (tmp_path / "remote").rglob(".answers/vllm-preload-*.json")
-    assert json.loads(kept.read_text())["reasons"] == [preload[0]["reason"]]
+    assert f"no 'preload' in its command line's source ({site / 'vllm' / 'entrypoints' / 'cli'})" in preload[0]["reason"]
+    assert not list((tmp_path / "remote").rglob(".answers/vllm-preload-*.json"))
 
     marker = json.loads((model / "rehearsal.json").read_text())
     assert marker["random_weights"] is True and marker["preset"] == "qwen3-tiny"
