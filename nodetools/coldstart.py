@@ -8,6 +8,7 @@
         [--engine-python PY --bytecode-packages vllm,torch] [--reap-leases DIR] [--make-model ARGV_JSON]
         [--check [--python-module MOD] [--exists PATH ...] [--docker-image IMG]
                  [--vllm-subcommand NAME [--answers-dir DIR]]]
+    python -m nodetools.coldstart trial [prepare's options] [measure's options but --launch, --log, --out]
     python -m nodetools.coldstart cleanup --dir WORKDIR --port N [--container NAME] [--trial ID] [--lease-dir DIR]
 
 ``launch.json`` holds ``argv``, ``env``, ``stop_argv``, ``port`` and ``model`` (what the playbook
@@ -29,7 +30,9 @@ from. With ``--sleep-wake`` the started engine is put to sleep (level 1) and wok
 and to the first token after wake are recorded. The engine is always stopped (the whole group;
 ``events.stop_requested`` to ``events.stopped`` is the stop a restart pays before its start), and
 the port checked free: a port that still answers after the stop fails the measure (7), so the
-playbook's cleanup runs only when a timer did not finish cleanly. Stdlib only: this runs on the node.
+playbook's cleanup runs only when a timer did not finish cleanly. After the stop it records what a
+trial changes on the node (``gpu_mem_mib_after_stop``; ``node_after_stop``: host memory, page cache,
+``/dev/shm`` offload buffers, :mod:`nodetools.node_state`). Stdlib only: this runs on the node.
 
 ``prepare`` does everything before the start in one program (:mod:`nodetools.startprep`): stop
 what an earlier, killed attempt left (``--reap-leases``), make the model if it is missing
@@ -39,6 +42,11 @@ persistent caches emptied with ``--empty-cache``, the cache folders, ``launch.js
 start begins from in ``prepare.json`` (the caches' state, the engine's warm ``.pyc`` fractions),
 then the page cache dropped or the weights read. It prints JSON ``{"reasons": [...], "changed":
 [...], "before_start": {...}, "steps_s": {...}}``: a reason means skip the trial.
+
+``trial`` is ``prepare`` then, unless it gave a reason to skip, ``measure`` of the ``launch.json``
+it wrote (``server.log`` and ``timings.json`` in ``--dir``): one program for a startup trial's
+node work. It prints prepare's JSON (without ``before_start``, which is in ``timings.json``) with
+``measure_rc`` when it measured, and exits with measure's code.
 
 ``cleanup`` stops what a killed timer may have left (what the trial's leases name, the group in
 ``engine.pgid`` once its start time proves it is the engine's, the container) and prints JSON
@@ -68,6 +76,7 @@ from typing import Any
 from nodetools import exitcodes
 from nodetools.gpu import memory_used_mib
 from nodetools.lease import Claim, PortBusy, claim, default_lease_dir, default_trial
+from nodetools.node_state import node_state
 from nodetools.pagecache import resident_fraction
 from nodetools.proc import (
     group_members,
@@ -271,6 +280,7 @@ class Timer:
             time.sleep(0.1)
         self.out["port_free_after_stop"] = not port_open(self.port)
         self.out["gpu_mem_mib_after_stop"] = memory_used_mib(self.gpus)
+        self.out["node_after_stop"] = node_state()
 
     def own_steps(self) -> dict[str, float]:
         """The timer's seconds outside the measured windows (benchmarks/bench_trial_overhead.py):
@@ -317,8 +327,7 @@ def cleanup(workdir: Path, port: int, container: str = "", trial: str | None = N
     return {"stopped": stopped, "port_free": not port_open(port)}
 
 
-def _main_prepare(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m nodetools.coldstart prepare")
+def _prepare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--launch-json", required=True)
     p.add_argument("--fresh-cache", default="")
@@ -343,7 +352,10 @@ def _main_prepare(argv: list[str]) -> int:
     before.add_argument("--vllm-subcommand", default="", help="a vLLM command the mode runs (preload)")
     before.add_argument("--answers-dir", type=Path, default=None,
                         help="keep the vLLM subcommand's answer here (asking imports vLLM: once per install)")
-    args = p.parse_args(argv)
+
+
+def _prepared(args: argparse.Namespace) -> tuple[dict[str, Any] | None, int]:
+    """``prepare``'s work: (what it prints, exit code); None with an error code, the error on stderr."""
     try:
         launch = json.loads(args.launch_json)
         make_model = json.loads(args.make_model) if args.make_model else []
@@ -353,29 +365,54 @@ def _main_prepare(argv: list[str]) -> int:
             int(launch["port"])
     except KeyError:
         print("coldstart prepare: --check needs the port in --launch-json", file=sys.stderr)
-        return exitcodes.BAD_INPUT
+        return None, exitcodes.BAD_INPUT
     except ValueError as exc:
         print(f"coldstart prepare: bad JSON argument: {exc}", file=sys.stderr)
-        return exitcodes.BAD_INPUT
+        return None, exitcodes.BAD_INPUT
     packages = tuple(name.strip() for name in args.bytecode_packages.split(",") if name.strip())
     checks = Checks(args.engine_python, args.python_module, tuple(args.exists), args.docker_image,
                     args.vllm_subcommand, args.answers_dir) if args.check else None
     try:
         changed, reasons, steps = before_prepare(launch, args.dir, args.reap_leases, args.model, make_model, checks)
         if reasons:  # a skip changes nothing more: the node stays as the last trial left it
-            print(json.dumps({"reasons": reasons, "changed": changed, "steps_s": steps}))
-            return exitcodes.OK
+            return {"reasons": reasons, "changed": changed, "steps_s": steps}, exitcodes.OK
         more, before = prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model, args.empty_cache,
                                args.engine_python, packages, drop_scope(args.drop_scope, args.engine_kind))
     except ValueError as exc:
         print(f"coldstart prepare: {exc}", file=sys.stderr)
-        return exitcodes.BAD_INPUT
+        return None, exitcodes.BAD_INPUT
     except PrepareError as exc:
         print(f"coldstart prepare: {exc}", file=sys.stderr)
-        return exitcodes.DIED
-    print(json.dumps({"reasons": [], "changed": changed + more, "before_start": before,
-                      "steps_s": {**steps, **before.get("prepare_steps_s", {})}}))
-    return exitcodes.OK
+        return None, exitcodes.DIED
+    return {"reasons": [], "changed": changed + more, "before_start": before,
+            "steps_s": {**steps, **before.get("prepare_steps_s", {})}}, exitcodes.OK
+
+
+def _main_prepare(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m nodetools.coldstart prepare")
+    _prepare_options(p)
+    out, rc = _prepared(p.parse_args(argv))
+    if out is not None:
+        print(json.dumps(out))
+    return rc
+
+
+def _main_trial(argv: list[str]) -> int:
+    """``prepare``, then (unless a precondition is unmet) ``measure`` on what it rendered, in one
+    program: a task per program costs 0.3-0.7 s on the H200, outside every measured window."""
+    p = argparse.ArgumentParser(prog="python -m nodetools.coldstart trial")
+    _prepare_options(p)
+    _measure_options(p)
+    args = p.parse_args(argv)
+    out, rc = _prepared(args)
+    if out is None or out["reasons"]:
+        if out is not None:
+            print(json.dumps(out))
+        return rc
+    args.launch, args.log, args.out = args.dir / "launch.json", args.dir / "server.log", args.dir / "timings.json"
+    out["measure_rc"] = rc = _main_measure_args(args)
+    print(json.dumps({k: v for k, v in out.items() if k != "before_start"}))  # before_start: in timings.json
+    return rc
 
 
 def _main_cleanup(argv: list[str]) -> int:
@@ -396,9 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         return _main_measure(args[1:])
     if args[:1] == ["prepare"]:
         return _main_prepare(args[1:])
+    if args[:1] == ["trial"]:
+        return _main_trial(args[1:])
     if args[:1] == ["cleanup"]:
         return _main_cleanup(args[1:])
-    print("usage: python -m nodetools.coldstart {prepare|measure|cleanup} ... (see --help of each)", file=sys.stderr)
+    print("usage: python -m nodetools.coldstart {prepare|measure|trial|cleanup} ... (see --help of each)",
+          file=sys.stderr)
     return exitcodes.BAD_INPUT
 
 
@@ -409,17 +449,24 @@ def add_claim_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lock-dir", default=None, help="where the port lock files live ($GPU_CAMPAIGN_LOCK_DIR or /tmp)")
 
 
-def _main_measure(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m nodetools.coldstart measure", description=__doc__.splitlines()[0])
-    p.add_argument("--launch", type=Path, required=True)
-    p.add_argument("--log", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
+def _measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--poll-s", type=float, default=0.05)
     p.add_argument("--timeout-s", type=float, default=1800)
     p.add_argument("--sleep-wake", action="store_true")
     p.add_argument("--residency", nargs="*", default=[], help="files or folders whose page-cache share to record")
     add_claim_options(p)
-    args = p.parse_args(argv)
+
+
+def _main_measure(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m nodetools.coldstart measure", description=__doc__.splitlines()[0])
+    p.add_argument("--launch", type=Path, required=True)
+    p.add_argument("--log", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    _measure_options(p)
+    return _main_measure_args(p.parse_args(argv))
+
+
+def _main_measure_args(args: argparse.Namespace) -> int:
     try:
         launch = json.loads(args.launch.read_text())
         launch["argv"], launch["port"], launch["model"]  # presence check: KeyError below

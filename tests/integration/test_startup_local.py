@@ -119,15 +119,31 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
     records = [json.loads(t.read_text()) for t in sorted((results / "trials").glob("*/trial.json"))]
     records.sort(key=lambda rec: rec["started"])
     early = [rec for rec in records if rec["phases"] and "waited_for_turn_s" in rec["phases"][0]]
-    assert [rec["id"] for rec in early] == [rec["id"] for rec in records[1:-1]]  # not the first, not selftest
+    assert [rec["id"] for rec in early] == [rec["id"] for rec in records[:-1]]  # not the selftest
+    # The first started while the host's preflight gathered the facts, before its trial began.
+    assert records[0]["phases"][0]["started"] < records[0]["started"]
+    assert records[0]["phases"][0]["waited_for_turn_s"] > 0
     assert records[-1]["kind"] == "selftest" and records[-1]["phases"][0]["started"] >= records[-2]["ended"]
     for before, after in itertools.pairwise(records[:-1]):
         assert after["phases"][0]["started"] < before["ended"] <= after["started"], (before["id"], after["id"])
-        # Its turn came once the trial before it had left the node (its facts after written), while
-        # that trial's files were still copied home and its record written (Phase.turn_from).
+        # Its turn came once the trial before it had left the node (its last file written there; the
+        # copy home keeps the times), while that trial's files were still copied home and its record
+        # written (Phase.turn_from).
         turn_at = after["phases"][0]["started"] + after["phases"][0]["waited_for_turn_s"]
-        facts_after = results / "trials" / before["id"] / "raw" / "localhost" / "facts_after.json"
-        assert facts_after.stat().st_mtime <= turn_at < before["ended"], (before["id"], after["id"])
+        raw = results / "trials" / before["id"] / "raw" / "localhost"
+        last_written = max(p.stat().st_mtime for p in raw.iterdir())
+        assert last_written <= turn_at < before["ended"], (before["id"], after["id"])
+    # A trial whose program finished cleanly has the node's state after the stop from its timer,
+    # not a second read of every fact (0.64 s on the H200); the one the stand-in skipped before any
+    # program ran still has the module's facts.
+    for rec in records[:-1]:
+        raw = results / "trials" / rec["id"] / "raw" / "localhost"
+        if rec["status"] == "ok":
+            after_stop = json.loads((raw / "timings.json").read_text())["node_after_stop"]
+            assert after_stop["page_cache_bytes"] > 0 and after_stop["shm_offload_files"] == [], rec["id"]
+            assert not (raw / "facts_after.json").exists(), rec["id"]
+        else:
+            assert json.loads((raw / "facts_after.json").read_text())["memory"]["total_bytes"] > 0, rec["id"]
     assert not list((results / "trials").glob("*/ansible/turn")) or all(
         t.read_text().strip() == "go" for t in (results / "trials").glob("*/ansible/turn"))
 
@@ -140,7 +156,8 @@ def test_engine_that_fails_to_start_is_a_failed_row_with_its_error_and_a_clean_n
     assert main([str(path), "--quiet", "--results", str(results)]) == 1
     row = rows(results)["disk_cold.r1"]
     assert row["status"] == "failed"
-    assert row["reason"].startswith("failed in phase trial: localhost: task 'Start, time and stop the engine': ")
+    task = "Prepare, then start, time and stop the engine"
+    assert row["reason"].startswith(f"failed in phase trial: localhost: task '{task}': ")
     assert "engine exited with rc" in row["reason"]
     assert "engine errors: engine_core_failed, kv_cache_insufficient" in row["reason"]
     assert "log tail: " in row["reason"]
@@ -148,3 +165,28 @@ def test_engine_that_fails_to_start_is_a_failed_row_with_its_error_and_a_clean_n
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
     assert (results / "trials/fail.disk_cold.r1@localhost/raw/localhost/server.log").is_file()
+
+
+def test_a_host_whose_preflight_fails_runs_nothing_of_its_first_trial(write_campaign: Callable[[str], Path],
+                                                                     tmp_path: Path) -> None:
+    # The first trial's Ansible run starts while the preflight runs (runner/campaign.py); a preflight
+    # that fails cancels it before its first task touches the node, and every trial is a failed row.
+    path = write_campaign(campaign(tmp_path, [("gone", "disk_cold", 2)]))
+    (tmp_path / "inventory" / "hosts.yml").write_text(f"""\
+all:
+  hosts:
+    gone:
+      ansible_host: 127.0.0.1
+      ansible_port: {free_port()}
+      ansible_connection: ssh
+      ansible_ssh_common_args: -o ConnectTimeout=5 -o StrictHostKeyChecking=no
+""")
+    results = tmp_path / "results"
+    assert main([str(path), "--quiet", "--results", str(results)]) == 1
+    r = rows(results)
+    assert [r[t]["status"] for t in ("disk_cold.r1", "disk_cold.r2")] == ["failed", "failed"]
+    assert r["disk_cold.r1"]["reason"].startswith("host preflight failed: ")
+    trial = json.loads((results / "trials/gone.disk_cold.r1@gone/trial.json").read_text())
+    assert trial["phases"] == []  # the early run was cancelled, not recorded as a phase of it
+    assert not (results / "trials/gone.disk_cold.r1@gone/ansible").exists()
+    assert not (tmp_path / "remote").exists()

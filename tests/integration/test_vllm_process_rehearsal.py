@@ -93,7 +93,8 @@ experiments:
     assert preload[0]["reason"] == preload[1]["reason"]
     said = "vllm.entrypoints.cli.main preload' is not available (this vLLM has no preload command)"
     assert said in preload[0]["reason"]
-    assert f"no 'preload' in its command line's source ({site / 'vllm' / 'entrypoints' / 'cli'})" in preload[0]["reason"]
+    cli = site / "vllm" / "entrypoints" / "cli"
+    assert f"no 'preload' in its command line's source ({cli})" in preload[0]["reason"]
     assert not list((tmp_path / "remote").rglob(".answers/vllm-preload-*.json"))
 
     marker = json.loads((model / "rehearsal.json").read_text())

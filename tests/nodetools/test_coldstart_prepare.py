@@ -150,3 +150,68 @@ def test_a_port_that_still_answers_after_the_stop_fails_the_measure(tmp_path: Pa
     finally:
         if escaped.is_file():
             os.kill(int(escaped.read_text()), signal.SIGKILL)
+
+
+# An engine that answers a one-token completion from its own process (stopped with its group).
+SIMPLE_ENGINE = """\
+import http.server, json, sys
+class A(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({"choices": [{"text": "hi"}]}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+print("engine up", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), A).serve_forever()
+"""
+
+
+def test_trial_prepares_then_measures_in_one_program_and_records_the_node_after_the_stop(tmp_path: Path) -> None:
+    # One node program instead of two: a task per program costs 0.3-0.7 s on the H200.
+    port = free_port()
+    (tmp_path / "engine.py").write_text(SIMPLE_ENGINE)
+    work = tmp_path / "trial"
+    launch = {**_launch(tmp_path, port), "argv": [sys.executable, str(tmp_path / "engine.py"), str(port)]}
+    done = node_tool("trial", "--dir", str(work), "--launch-json", json.dumps(launch), "--check",
+                     "--reap-leases", str(tmp_path / ".leases"), "--lease-dir", str(tmp_path / ".leases"),
+                     "--lock-dir", str(tmp_path), "--poll-s", "0.02", "--timeout-s", "60")
+    assert done.returncode == exitcodes.OK, done.stderr
+    out = json.loads(done.stdout)
+    assert out["reasons"] == [] and out["measure_rc"] == exitcodes.OK and "before_start" not in out
+    assert {"reap_s", "preconditions_s", "folders_s", "page_cache_s"} <= out["steps_s"].keys()
+    timings = json.loads((work / "timings.json").read_text())
+    assert timings["first_token_s"] > 0 and timings["port_free_after_stop"] is True
+    assert timings["before_start"]["cache_state"]  # prepare.json, read by the timer
+    assert json.loads((work / "launch.json").read_text())["argv"] == launch["argv"]
+    assert (work / "server.log").read_text().startswith("engine up")
+    after = timings["node_after_stop"]
+    assert after["mem_total_bytes"] >= after["mem_available_bytes"] > 0 and after["page_cache_bytes"] > 0
+    assert after["shm_offload_files"] == [] or all("size_bytes" in f for f in after["shm_offload_files"])
+
+
+def test_trial_with_an_unmet_precondition_starts_nothing(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    launch = {**_launch(tmp_path, free_port()), "argv": [sys.executable, "-c", f"open({str(ran)!r}, 'w')"]}
+    done = node_tool("trial", "--dir", str(tmp_path / "trial"), "--launch-json", json.dumps(launch), "--check",
+                     "--exists", str(tmp_path / "no-vllm"), "--lock-dir", str(tmp_path))
+    assert done.returncode == exitcodes.OK, done.stderr
+    out = json.loads(done.stdout)
+    assert out["reasons"] == [f"{tmp_path / 'no-vllm'} does not exist"] and "measure_rc" not in out
+    assert not ran.exists() and not (tmp_path / "trial" / "timings.json").exists()
+
+
+def test_node_state_reads_meminfo_and_the_offload_buffers(tmp_path: Path) -> None:
+    from nodetools.node_state import node_state
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       1000 kB\nMemFree:   10 kB\nMemAvailable:    600 kB\nCached:  300 kB\n"
+                       "HugePages_Total:       0\n")
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / "vllm_offload_0").write_bytes(b"x" * 4096)
+    (shm / "other").write_bytes(b"y")
+    assert node_state(meminfo, shm) == {
+        "mem_total_bytes": 1_024_000, "mem_available_bytes": 614_400, "page_cache_bytes": 307_200,
+        "shm_offload_files": [{"name": "vllm_offload_0", "size_bytes": 4096}]}
+    assert node_state(tmp_path / "missing", tmp_path / "none") == {"shm_offload_files": []}
