@@ -133,9 +133,14 @@ def _collect(ctx: TrialContext) -> dict[str, Any]:
     events = timings.get("events") or {}
     if "stop_requested" in events and "stopped" in events:  # SIGTERM to the group gone: a restart's first part
         metrics["stop_s"] = round(float(events["stopped"]) - float(events["stop_requested"]), 3)
-    for key in ("gpu_mem_mib_asleep", "gpu_mem_mib_awake"):
+    # After the stop: what the engine left on the GPUs (an EngineCore outliving its API process
+    # holds its memory) and the page cache the next trial starts from (timer, nodetools/node_state.py).
+    for key in ("gpu_mem_mib_asleep", "gpu_mem_mib_awake", "gpu_mem_mib_after_stop"):
         if timings.get(key):
             metrics[key] = sum(timings[key])
+    cached = (timings.get("node_after_stop") or {}).get("page_cache_bytes")
+    if cached is not None:
+        metrics["page_cache_gib_after_stop"] = round(cached / 2**30, 2)
     if log.get("errors"):
         metrics["log_errors"] = ",".join(log["errors"])
     return metrics
@@ -160,7 +165,7 @@ _STATE_COLUMNS = ("compile_cache_hit", "cache_state", "cache_files", "pyc_warm_f
                   "page_cache_action", "resident_fraction_before")
 _REPORT_COLUMNS = ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction", "timeline_resolution_s",
                    "timeline_sources", *_STATE_COLUMNS, "wake_to_first_token_s", "gpu_mem_mib_asleep", "stop_s",
-                   "log_errors", "timeline_note")
+                   "gpu_mem_mib_after_stop", "page_cache_gib_after_stop", "log_errors", "timeline_note")
 
 
 def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -199,8 +204,11 @@ def _section(frame: Any, root: Path) -> str:
         lines.append("\nWhat each start began from (read from disk before it, never from the mode): the compile "
                      "and JIT caches, the engine's warm `.pyc` share, the model's share in the page cache. "
                      "`stop_s`: the engine's stop after the trial (SIGTERM to its whole process group gone), what a "
-                     "restart pays before its start.\n")
-        extra = [c for c in ("wake_to_first_token_s", "stop_s") if ok[c].notna().any()]
+                     "restart pays before its start; `gpu_mem_mib_after_stop`: the GPUs' memory in use once it "
+                     "was stopped (what the engine left behind); `page_cache_gib_after_stop`: the node's page cache "
+                     "then.\n")
+        extra = [c for c in ("wake_to_first_token_s", "stop_s", "gpu_mem_mib_after_stop", "page_cache_gib_after_stop")
+                 if ok[c].notna().any()]
         lines.append(markdown_table(ok[["mode", "repeat", *_STATE_COLUMNS, *extra]]))
     return "\n".join(lines)
 

@@ -53,7 +53,11 @@ def test_before_start_reads_the_cache_state_and_the_main_package_s_bytecode() ->
 def test_collect_turns_the_fetched_files_into_the_timeline_and_the_start_s_state(tmp_path: Path) -> None:
     trial = tmp_path / "trials" / "t"
     timings = trial_files(trial / "raw" / "h", FIRST_START)
+    timings.update(gpu_mem_mib_after_stop=[3, 1], node_after_stop={"page_cache_bytes": 3 * 2**30 // 2})
+    (trial / "raw" / "h" / "timings.json").write_text(json.dumps(timings))
     metrics = KIND.collect(TrialContext(mode="first_start", params={}, engine={}, trial_dir=trial, host="h"))
+    # What the stop left: memory on the GPUs, the page cache the next trial starts from.
+    assert (metrics["gpu_mem_mib_after_stop"], metrics["page_cache_gib_after_stop"]) == (4, 1.5)
     assert metrics["first_token_s"] == round(timings["first_token_s"], 3)
     assert set(PHASE_COLUMNS) <= metrics.keys()
     assert metrics["other_s"] <= 0.05 * metrics["first_token_s"]
