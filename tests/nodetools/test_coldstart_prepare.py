@@ -110,48 +110,6 @@ def test_a_model_that_cannot_be_made_fails_prepare_with_the_makers_words(tmp_pat
     assert done.stderr.strip() == f"coldstart prepare: could not make the model {model}: no room for weights"
 
 
-# An "engine" that hands its port to a process outside its group and exits: the port still
-# answers after the timer stopped the engine's group.
-ESCAPING_ENGINE = """\
-import pathlib, subprocess, sys
-escaped = subprocess.Popen([sys.executable, "-c", '''
-import http.server, json, sys
-class A(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        body = json.dumps({"choices": [{"text": "hi"}]}).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), A).serve_forever()
-''', sys.argv[1]], start_new_session=True)
-pathlib.Path(sys.argv[2]).write_text(str(escaped.pid))
-import time; time.sleep(300)
-"""
-
-
-def test_a_port_that_still_answers_after_the_stop_fails_the_measure(tmp_path: Path) -> None:
-    port = free_port()
-    (tmp_path / "engine.py").write_text(ESCAPING_ENGINE)
-    work = tmp_path / "trial"
-    work.mkdir()
-    escaped = tmp_path / "escaped.pid"
-    launch = {"argv": [sys.executable, str(tmp_path / "engine.py"), str(port), str(escaped)], "env": {}, "port": port,
-              "model": "m"}
-    (work / "launch.json").write_text(json.dumps(launch))
-    done = node_tool("measure", "--launch", str(work / "launch.json"), "--log", str(work / "server.log"),
-                     "--out", str(work / "timings.json"), "--lock-dir", str(tmp_path))
-    try:
-        assert done.returncode == exitcodes.BUSY, done.stderr
-        assert done.stderr.strip() == f"coldstart: port {port} still answers after the engine was stopped"
-        timings = json.loads((work / "timings.json").read_text())
-        assert timings["first_token_s"] > 0 and timings["port_free_after_stop"] is False
-        assert timings["events"]["stopped"] >= timings["events"]["stop_requested"]
-    finally:
-        if escaped.is_file():
-            os.kill(int(escaped.read_text()), signal.SIGKILL)
-
-
 # An engine that answers a one-token completion from its own process (stopped with its group).
 SIMPLE_ENGINE = """\
 import http.server, json, sys
@@ -165,6 +123,40 @@ class A(http.server.BaseHTTPRequestHandler):
 print("engine up", flush=True)
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), A).serve_forever()
 """
+
+
+# An "engine" that hands its port to a process outside its group (the engine above, in a session
+# of its own) and exits: the port still answers after the timer stopped the engine's group.
+ESCAPING_ENGINE = """\
+import pathlib, subprocess, sys
+escaped = subprocess.Popen([sys.executable, sys.argv[3], sys.argv[1]], start_new_session=True,
+                           stdout=subprocess.DEVNULL)
+pathlib.Path(sys.argv[2]).write_text(str(escaped.pid))
+import time; time.sleep(300)
+"""
+
+
+def test_a_port_that_still_answers_after_the_stop_fails_the_measure(tmp_path: Path) -> None:
+    port = free_port()
+    (tmp_path / "engine.py").write_text(ESCAPING_ENGINE)
+    (tmp_path / "server.py").write_text(SIMPLE_ENGINE)
+    work = tmp_path / "trial"
+    work.mkdir()
+    escaped = tmp_path / "escaped.pid"
+    argv = [sys.executable, str(tmp_path / "engine.py"), str(port), str(escaped), str(tmp_path / "server.py")]
+    launch = {"argv": argv, "env": {}, "port": port, "model": "m"}
+    (work / "launch.json").write_text(json.dumps(launch))
+    done = node_tool("measure", "--launch", str(work / "launch.json"), "--log", str(work / "server.log"),
+                     "--out", str(work / "timings.json"), "--lock-dir", str(tmp_path))
+    try:
+        assert done.returncode == exitcodes.BUSY, done.stderr
+        assert done.stderr.strip() == f"coldstart: port {port} still answers after the engine was stopped"
+        timings = json.loads((work / "timings.json").read_text())
+        assert timings["first_token_s"] > 0 and timings["port_free_after_stop"] is False
+        assert timings["events"]["stopped"] >= timings["events"]["stop_requested"]
+    finally:
+        if escaped.is_file():
+            os.kill(int(escaped.read_text()), signal.SIGKILL)
 
 
 def test_trial_prepares_then_measures_in_one_program_and_records_the_node_after_the_stop(tmp_path: Path) -> None:
