@@ -89,7 +89,7 @@ from nodetools.proc import (
 )
 from nodetools.procwatch import GroupWatcher, clock_sample
 from nodetools.reap import reap
-from nodetools.startprep import PREPARED, Checks, PrepareError, before_prepare, drop_scope, prepare
+from nodetools.startprep import LAUNCH, PREPARED, Checks, PrepareError, before_prepare, drop_scope, prepare
 from nodetools.vllm_cli import serve_split
 
 __all__ = ["Timer", "add_claim_options", "cleanup", "first_token", "main", "post", "write_json_atomic"]
@@ -409,7 +409,7 @@ def _main_trial(argv: list[str]) -> int:
         if out is not None:
             print(json.dumps(out))
         return rc
-    args.launch, args.log, args.out = args.dir / "launch.json", args.dir / "server.log", args.dir / "timings.json"
+    args.launch, args.log, args.out = args.dir / LAUNCH, args.dir / "server.log", args.dir / "timings.json"
     out["measure_rc"] = rc = _main_measure_args(args)
     print(json.dumps({k: v for k, v in out.items() if k != "before_start"}))  # before_start: in timings.json
     return rc

@@ -31,8 +31,9 @@ from nodetools.reap import reap
 from nodetools.startstate import bytecode_state, cache_state
 from nodetools.vllm_cli import subcommand_reasons
 
-__all__ = ["PREPARED", "Checks", "PrepareError", "before_prepare", "drop_scope", "prepare"]
+__all__ = ["LAUNCH", "PREPARED", "Checks", "PrepareError", "before_prepare", "drop_scope", "prepare"]
 
+LAUNCH = "launch.json"  # the engine's launch, rendered by the playbook, written by prepare
 PREPARED = "prepare.json"  # what the start begins from, written by prepare, copied into timings.json
 
 
@@ -151,7 +152,7 @@ def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache:
         if empty_cache and _empty_folder(Path(cache)):
             changed.append(f"emptied the persistent {name} cache {cache}")
         Path(cache).mkdir(parents=True, exist_ok=True)
-    (workdir / "launch.json").write_text(json.dumps(launch, indent=2, sort_keys=True) + "\n")
+    (workdir / LAUNCH).write_text(json.dumps(launch, indent=2, sort_keys=True) + "\n")
     changed.append("wrote launch.json")
     steps["folders_s"] = round(time.monotonic() - started, 3)
     started = time.monotonic()

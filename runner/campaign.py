@@ -339,11 +339,12 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     try:
         early = _start_first_early(ctx, trials)
         facts, preflight_error = _preflight(ctx, host)
-        if early is not None and (preflight_error or ctx.stop.is_set()):
-            early.cancel()  # nothing of it ran on the node: its turn never came
-            early = None
-        elif early is not None:
-            early.let_go()
+        if early is not None:
+            if preflight_error or ctx.stop.is_set():
+                early.cancel()  # nothing of it ran on the node: its turn never came
+                early = None
+            else:
+                early.let_go()
         for index, trial in enumerate(trials):
             # Let go while the trial before it copied its files: it runs already, and is recorded.
             running = early is not None and early.go_at is not None

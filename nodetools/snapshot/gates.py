@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from nodetools.gpu import driver_major, memory_total_mib, persistence_off
+from nodetools.node_state import read_meminfo
 from nodetools.snapshot import cuda_tool, images
 from nodetools.snapshot.criu_node import (
     DEFAULT_FLAGS,
@@ -37,10 +38,7 @@ GIB = 2**30
 
 
 def mem_available_bytes() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return read_meminfo().get("mem_available_bytes", 0)
 
 
 def _criu_gates(criu: str, libdir: str, on_gpu: bool, facts: dict[str, Any]) -> list[str]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodetools.node_state import read_meminfo
 from nodetools.standin.config import STANDIN_VERSION, ServeConfig
 from nodetools.standin.engine_core import EngineCoreProcess, start_engine_core_process
 from nodetools.standin.vllm_log import STYLES, ProcLogger
@@ -154,13 +155,7 @@ def _fs_type(path: Path) -> str:
 
 
 def _available_ram_gib() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024 / GIB
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0.0
+    return read_meminfo().get("mem_available_bytes", 0) / GIB
 
 
 def compile_cache_key(cfg: ServeConfig, max_model_len: int) -> str:

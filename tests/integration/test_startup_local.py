@@ -9,6 +9,7 @@ import json
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,9 +169,20 @@ def test_engine_that_fails_to_start_is_a_failed_row_with_its_error_and_a_clean_n
 
 
 def test_a_host_whose_preflight_fails_runs_nothing_of_its_first_trial(write_campaign: Callable[[str], Path],
-                                                                     tmp_path: Path) -> None:
+                                                                     tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # The first trial's Ansible run starts while the preflight runs (runner/campaign.py); a preflight
     # that fails cancels it before its first task touches the node, and every trial is a failed row.
+    from runner import campaign as campaign_module
+
+    started: list[str] = []
+    real_start_early = campaign_module._start_early
+
+    def spy(ctx: Any, trial: Any, wait_s: float) -> Any:  # records the call, runs the real start
+        started.append(trial.id)
+        return real_start_early(ctx, trial, wait_s)
+
+    monkeypatch.setattr(campaign_module, "_start_early", spy)
     path = write_campaign(campaign(tmp_path, [("gone", "disk_cold", 2)]))
     (tmp_path / "inventory" / "hosts.yml").write_text(f"""\
 all:
@@ -190,3 +202,4 @@ all:
     assert trial["phases"] == []  # the early run was cancelled, not recorded as a phase of it
     assert not (results / "trials/gone.disk_cold.r1@gone/ansible").exists()
     assert not (tmp_path / "remote").exists()
+    assert started == ["gone.disk_cold.r1@gone"]  # it was started, during the preflight, then cancelled
