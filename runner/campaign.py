@@ -27,7 +27,7 @@ from runner.experiments.facts import PLAYBOOK as FACTS_PLAYBOOK
 from runner.inventory import Inventory
 from runner.livelog import LogFollower
 from runner.overlap import EarlyRun, Turn
-from runner.plan import Plan, Trial, remote_dir
+from runner.plan import Plan, Trial, node_python, remote_dir
 from runner.progress import Progress
 from runner.provenance import REPO_ROOT, git_state, inventory_digest, tool_versions
 from runner.records import TrialRecord, TrialStatus
@@ -82,11 +82,15 @@ def _extravars(ctx: _Ctx, trial: Trial, trial_dir: Path) -> dict[str, Any]:
         "exp_engine": trial.engine or {},
         "exp_resources": trial.resources.as_dict(),
         "exp_results_dir": str(trial_dir),
+        "exp_facts_dest": str(trial_dir / "raw" / trial.host / "facts.json"),  # the facts kind's, by contract
         "exp_remote_dir": trial.remote_dir,
         "exp_repo_dir": str(REPO_ROOT),
-        "exp_node_python": ctx.loaded.campaign.node_python or "",
+        "exp_node_python": node_python(ctx.loaded),
+        "exp_node": trial.node.as_dict(),  # the engine's launch and each node program's argv (node_plan)
         "exp_timeout_s": trial.timeout_s,
         "exp_secret_names": sorted(ctx.secrets.values),  # names only: values travel in the environment
+        # Set to the turn's file when the run is started early (runner/overlap.py): its first task waits.
+        "exp_turn_file": "", "exp_turn_timeout_s": 0,
     }
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import ResultsLockedError, ResultsWriteError, RunnerError, SpecError
 from runner.results_lock import ResultsLock
@@ -49,6 +50,8 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="run only this experiment or mode (repeatable); results resume in the same folder")
     p.add_argument("--plan", action="store_true", help="print the expanded trial matrix; touch no host")
     p.add_argument("--json", action="store_true", help="with --plan: machine-readable output")
+    p.add_argument("--show-launch", action="store_true",
+                   help="with --plan: each trial's engine command line, as its node will exec it")
     p.add_argument("--results", type=Path, help="results folder (default: results/<campaign name>/)")
     p.add_argument("--fresh", action="store_true", help="move earlier results aside and start over")
     p.add_argument("--retry-failed", action="store_true", help="run failed trials again on resume")
@@ -68,7 +71,14 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
     logging.getLogger("paramiko").setLevel(logging.WARNING)  # it logs every connect at INFO
 
 
-def _print_plan(plan_dict: dict[str, object], as_json: bool) -> None:
+def _launch_line(launch: dict[str, Any]) -> str:
+    """The engine's start as a shell line: its environment, then its argv (secrets by name only)."""
+    env = [f"{k}={shlex.quote(str(v))}" for k, v in sorted((launch.get("env") or {}).items())]
+    env += [f"{name}=<from the controller>" for name in launch.get("secret_env") or []]
+    return " ".join([*env, shlex.join(launch["argv"])])
+
+
+def _print_plan(plan_dict: dict[str, object], as_json: bool, show_launch: bool = False) -> None:
     if as_json:
         print(json.dumps(plan_dict, indent=2))
         return
@@ -82,6 +92,13 @@ def _print_plan(plan_dict: dict[str, object], as_json: bool) -> None:
         print(f"{t['id']:<{width}}  {t['host']:<12} {t['experiment']:<12} {t['mode']:<18} {t['repeat']:>3}  {res}")
         for why in t.get("refusals") or []:
             print(f"{'':<{width}}  refused: {why}")
+        if show_launch:
+            node = t.get("node") or {}
+            launches = node.get("copies") or ([t["launch"]] if t.get("launch") else [])
+            for launch in launches:
+                print(f"  launch: {_launch_line(launch)}")
+            if node.get("skip"):
+                print(f"  skipped on the node: {node['skip']}")
     refused = sum(1 for t in trials if t.get("refusals"))
     print(f"{len(trials)} trial(s) in campaign {plan_dict['campaign']}"
           + (f"; {refused} refused by the campaign's own settings" if refused else ""))
@@ -97,7 +114,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     root = args.results or Path("results") / loaded.campaign.name
     plan = expand(loaded, _cached_facts(root, loaded.hosts))
     if args.plan:
-        _print_plan(plan.as_dict(), args.json)
+        _print_plan(plan.as_dict(), args.json, args.show_launch)
         return EXIT_REFUSED if plan.refused else EXIT_OK
     if plan.refused:
         for trial in plan.refused:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +19,10 @@ from typing import Any
 from runner.errors import SpecError
 from runner.experiments import KINDS
 from runner.experiments.base import Resources, TrialContext
+from runner.experiments.node_plan import NodePlan
 from runner.spec import MAX_TRIALS, LoadedCampaign
 
-__all__ = ["Plan", "Trial", "expand", "remote_dir", "trial_id"]
+__all__ = ["Plan", "Trial", "expand", "node_python", "remote_dir", "trial_id"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.@-]+")
 
@@ -47,6 +49,7 @@ class Trial:
     resources: Resources = field(default_factory=Resources)
     remote_dir: str = ""  # the trial's own folder on its node
     refusals: tuple[str, ...] = ()  # why the campaign's own settings cannot run it (plan_checks)
+    node: NodePlan = field(default_factory=NodePlan)  # what it runs on its node: the engine's launch, each program
 
     def definition(self) -> dict[str, Any]:
         """Everything that decides what the trial does; a stored result is reused only if equal."""
@@ -63,8 +66,12 @@ class Trial:
         return {
             "id": self.id, **self.definition(), "timeout_s": self.timeout_s,
             "resources": self.resources.as_dict(), "definition_hash": self.definition_hash(),
-            "remote_dir": self.remote_dir, "refusals": list(self.refusals),
+            "remote_dir": self.remote_dir, "refusals": list(self.refusals), **self._node_dict(),
         }
+
+    def _node_dict(self) -> dict[str, Any]:
+        node = self.node.as_dict()
+        return {"launch": node.pop("launch"), "node": node}
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,13 @@ class Plan:
                 "trials": [t.as_dict() for t in self.trials]}
 
 
+def node_python(loaded: LoadedCampaign) -> str:
+    """The node's Python with this repository's nodetools: the campaign's ``node_python``, else the
+    controller's own (right for the local inventory: Ansible's ``ansible_playbook_python``, which the
+    runner's PATH makes this interpreter; the bench_client role installs one on real nodes)."""
+    return loaded.campaign.node_python or sys.executable
+
+
 def remote_dir(loaded: LoadedCampaign, host: str, leaf: str) -> str:
     # Per host: test hosts (and some clusters) share one filesystem.
     return f"{loaded.campaign.remote_dir.rstrip('/')}/{loaded.campaign.name}/{host}/{leaf}"
@@ -106,6 +120,7 @@ def expand(loaded: LoadedCampaign, facts: Mapping[str, Mapping[str, Any]] | None
     node's numbers without touching it."""
     _check_size(loaded)
     c = loaded.campaign
+    python = node_python(loaded)
     trials: list[Trial] = []
     for exp, modes in zip(c.experiments, loaded.modes, strict=True):
         kind = KINDS[exp.kind]
@@ -121,12 +136,12 @@ def expand(loaded: LoadedCampaign, facts: Mapping[str, Mapping[str, Any]] | None
                     tid = trial_id(exp.label, mode, repeat, host)
                     ctx = TrialContext(mode=mode, params=params, engine=engine or {}, host=host, trial_id=tid,
                                        remote_dir=remote_dir(loaded, host, tid), campaign=c.name,
-                                       facts=(facts or {}).get(host))
+                                       facts=(facts or {}).get(host), node_python=python, timeout_s=timeout)
                     trials.append(Trial(
                         id=tid, host=host, experiment=exp.label,
                         kind=exp.kind, mode=mode, repeat=repeat, params=params, engine=engine,
                         timeout_s=timeout, resources=kind.resources(ctx), remote_dir=ctx.remote_dir,
-                        refusals=tuple(kind.plan_checks(ctx)),
+                        refusals=tuple(kind.plan_checks(ctx)), node=kind.node_plan(ctx),
                     ))
     ids = [t.id for t in trials]
     if len(set(ids)) != len(ids):

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from runner.experiments.node_plan import NodePaths, NodePlan
+
 __all__ = ["ExperimentKind", "KindReport", "ModeParams", "Phase", "Resources", "TrialContext"]
 
 
@@ -70,6 +72,11 @@ class TrialContext:
     remote_dir: str = ""  # the trial's folder on the node
     campaign: str = ""
     facts: Mapping[str, Any] | None = None  # the host's facts from an earlier run, when cached
+    node_python: str = ""  # the node's Python with nodetools (the campaign's node_python, else the controller's)
+    timeout_s: float = 0.0  # each phase's limit
+
+    def node_paths(self) -> NodePaths:
+        return NodePaths(self.remote_dir, self.node_python, self.trial_id)
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,7 @@ class KindReport:
 class ExperimentKind:
     name: str
     summary: str
+    doc: str  # the kind's page under docs/ (what it measures, its modes, its local rehearsal)
     phases: tuple[Phase, ...]
     modes: Mapping[str, type[ModeParams]]
     default_modes: tuple[str, ...] = ()
@@ -100,5 +108,8 @@ class ExperimentKind:
     # Checks that need no node (the campaign's own settings, cached facts): each string refuses the
     # trial before any host is touched, in --plan too.
     plan_checks: Callable[[TrialContext], list[str]] = field(default=lambda _ctx: [])
+    # What the trial runs on its node (runner/experiments/node_plan.py): the engine's launch and each
+    # node program's argv, shown by --plan and passed to the playbooks as exp_node.
+    node_plan: Callable[[TrialContext], NodePlan] = field(default=lambda _ctx: NodePlan())
     needs_engine: bool = False
     report: KindReport | None = None

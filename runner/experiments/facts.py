@@ -46,6 +46,7 @@ def _collect(ctx: TrialContext) -> dict[str, Any]:
 
 KIND = ExperimentKind(
     name="facts",
+    doc="docs/campaign.md",
     summary="GPUs, NUMA memory, /dev/shm, page cache, CPU, kernel, disks and mounts of each node",
     phases=(Phase("run", PLAYBOOK),),
     modes={"default": FactsParams},

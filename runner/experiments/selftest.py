@@ -33,6 +33,7 @@ class SkipParams(ModeParams):
 
 KIND = ExperimentKind(
     name="selftest",
+    doc="docs/campaign.md",
     summary="runner overhead baseline and failure drills",
     phases=(Phase("run", "playbooks/experiments/selftest.yml", follow="server.log"),),
     modes={"noop": NoopParams, "sleep": SleepParams, "fail": FailParams, "skip": SkipParams},

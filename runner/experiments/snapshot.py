@@ -20,6 +20,16 @@ from pydantic import Field, field_validator
 
 from nodetools.snapshot.criu_node import DEFAULT_FLAGS, RESERVED_FLAGS
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
+from runner.experiments.launch import engine_launch, vllm_arg
+from runner.experiments.node_plan import (
+    NodePlan,
+    cleanup_argv,
+    launch_spec,
+    make_model_argv,
+    node_wait_s,
+    reap_argv,
+    to_json,
+)
 from runner.experiments.snapshot_report import rows, section
 from runner.parse.snapshot_logs import (
     classify,
@@ -93,6 +103,61 @@ class CriuParams(_CriuParams):
         if len(set(states)) != len(states):
             raise ValueError("each page-cache state once")
         return states
+
+
+COLLECT_FILES = ("server.log", "timings.json", "launch.json", "dump.log", "restore-dropped.log", "restore-warm.log",
+                 "lazy-pages-dropped.log", "lazy-pages-warm.log", "snapshot-create.log", "snapshot-restore.log")
+
+
+def _tool_options(mode: str, params: dict[str, Any]) -> list[str]:
+    """The options ``nodetools.snapshot gates`` and ``measure`` share, as the mode's parameters set them."""
+    argv = ["--mode", mode, "--cuda-checkpoint", params["cuda_checkpoint"]]
+    if "criu" in params:  # the modes that run CRIU
+        argv += ["--criu", params["criu"], "--libdir", params["libdir"]]
+    if "revision" in params:
+        argv += ["--revision", params["revision"]]
+    if mode == "criu":
+        argv += ["--network-lock", params["network_lock"], "--criu-flags", to_json(list(params["criu_flags"]))]
+        argv += ["--lazy-pages"] if params["lazy_pages"] else []
+        argv += [] if params["disable_io_uring"] else ["--keep-io-uring"]
+    return argv
+
+
+def _node_plan(ctx: TrialContext) -> NodePlan:
+    """The engine's launch (its persistent caches) and the node programs of the three phases."""
+    engine, params, paths = ctx.engine, dict(ctx.params), ctx.node_paths()
+    cleanup = {"cleanup": cleanup_argv(paths, engine["port"])}
+    if ctx.mode == "vllm_snapshot" and engine["kind"] == "stand-in":
+        return NodePlan(skip="the stand-in has no vllm snapshot command: this mode needs vLLM",
+                        commands={"reap": reap_argv(paths), **cleanup}, files=COLLECT_FILES)
+    launch = engine_launch(engine, paths.container, engine["cache_root"], engine["model_cache"], {}, paths.python)
+    spec = launch_spec(launch, engine)
+    images = params.get("images_dir") or paths.file("images")
+    tool = [paths.python, "-m", "nodetools.snapshot"]
+    gates = [*tool, "gates", *_tool_options(ctx.mode, params), "--gpus", ",".join(str(g) for g in engine["gpus"]),
+             "--tp", str(vllm_arg(engine["args"], "tensor-parallel-size")), "--model", engine["model"],
+             "--launch-json", to_json(spec),
+             "--gpu-memory-fraction", str(vllm_arg(engine["args"], "gpu-memory-utilization"))]
+    if ctx.mode == "criu":
+        gates += ["--images", images]
+    measure = [*tool, "measure", *_tool_options(ctx.mode, params), "--launch", paths.file("launch.json"),
+               "--log", paths.file("server.log"), "--out", paths.file("timings.json"), "--images", images,
+               "--poll-s", str(params["poll_s"]), "--timeout-s", str(node_wait_s(ctx.timeout_s)),
+               "--trial", ctx.trial_id, "--lease-dir", paths.lease_dir]
+    if ctx.mode == "criu":
+        measure += ["--restore-cache", ",".join(params["restore_cache"]), "--answers", str(params["answers"])]
+        measure += ["--keep-images"] if params["keep_images"] else []
+    return NodePlan(launch=spec, files=COLLECT_FILES, commands={
+        "reap": reap_argv(paths),
+        "make_model": make_model_argv(paths, engine),
+        "preflight": [paths.python, "-m", "nodetools.preflight", "--port", str(engine["port"]),
+                      "--gpus", ",".join(str(g) for g in engine["gpus"])],
+        "gates": gates,
+        "prepare": [paths.python, "-m", "nodetools.coldstart", "prepare", "--dir", paths.work_dir,
+                    "--launch-json", to_json(spec), "--page-cache", "keep"],
+        "measure": measure,
+        **cleanup,
+    })
 
 
 def _resources(ctx: TrialContext) -> Resources:
@@ -209,6 +274,7 @@ def _diagnose(ctx: TrialContext) -> str:
 
 KIND = ExperimentKind(
     name="snapshot",
+    doc="docs/snapshot.md",
     summary="dump and restore a started engine: CRIU, cuda-checkpoint, vllm snapshot",
     phases=(
         Phase("prepare", f"{PLAYBOOKS}/prepare.yml"),
@@ -220,6 +286,7 @@ KIND = ExperimentKind(
     resources=_resources,
     collect=_collect,
     diagnose=_diagnose,
+    node_plan=_node_plan,
     needs_engine=True,
     report=KindReport("snapshot.csv", rows, section),
 )

@@ -20,6 +20,16 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, computed_field
 
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
+from runner.experiments.launch import engine_launch, mode_cache_root
+from runner.experiments.node_plan import (
+    NodePlan,
+    cleanup_argv,
+    engine_python,
+    launch_spec,
+    make_model_argv,
+    node_wait_s,
+    to_json,
+)
 from runner.markdown import markdown_table
 from runner.parse.startup_timeline import PHASE_NAMES, timeline
 from runner.parse.vllm_log import parse_log_if_any
@@ -70,6 +80,53 @@ class StartupParams(ModeParams):
 
 def _mode_model(mode: str) -> type[StartupParams]:
     return type(f"{mode.title().replace('_', '')}Params", (StartupParams,), {"RECIPE": RECIPES[mode]})
+
+
+# vllm preload's health port, beside the engine's (docs/startup.md)
+PRELOAD_PORT = 8001
+# The engine's own packages whose warm .pyc share prepare counts (a process engine only).
+BYTECODE_PACKAGES = {"stand-in": ("nodetools", "aiohttp"), "vllm": ("vllm", "torch", "transformers")}
+COLLECT_FILES = ("server.log", "timings.json", "launch.json", "preload.log")
+
+
+def _node_plan(ctx: TrialContext) -> NodePlan:
+    """The engine's launch for this mode and the one node program a trial runs
+    (``nodetools.coldstart trial``: prepare, then measure), with every option decided here."""
+    engine, params, paths = ctx.engine, ctx.params, ctx.node_paths()
+    recipe = params["recipe"]
+    kind, runtime = engine["kind"], engine["runtime"]
+    if kind == "stand-in" and recipe["standin"]:
+        return NodePlan(skip=recipe["standin"], commands={"cleanup": cleanup_argv(paths, engine["port"])},
+                        files=COLLECT_FILES)
+    fresh_cache = paths.file("fresh-cache")
+    cache_root = mode_cache_root(recipe["cache"], engine, fresh_cache)
+    mode_engine = {**engine, "env": {**engine["env"], **recipe["env"]}}
+    launch = engine_launch(mode_engine, paths.container, cache_root, engine["model_cache"], recipe["args"],
+                           paths.python)
+    spec = launch_spec(launch, engine, **({"preload_port": PRELOAD_PORT} if recipe["preload"] else {}))
+    argv = [paths.python, "-m", "nodetools.coldstart", "trial", "--dir", paths.work_dir, "--launch-json", to_json(spec),
+            "--reap-leases", paths.lease_dir, "--fresh-cache", "" if recipe["cache"] == "persistent" else fresh_cache,
+            "--page-cache", recipe["page_cache"], "--drop-scope", params["drop_scope"], "--engine-kind", kind,
+            "--model", engine["model"], "--make-model", to_json(make_model_argv(paths, engine)), "--check"]
+    if recipe["empty_cache"]:
+        argv.append("--empty-cache")
+    if runtime == "process":
+        argv += ["--engine-python", engine_python(engine, paths.python),
+                 "--bytecode-packages", ",".join(BYTECODE_PACKAGES[kind])]
+    if recipe["python_module"] and (runtime == "docker" or kind == "vllm"):
+        argv += ["--python-module", recipe["python_module"]]
+    if kind == "vllm" and runtime == "process" and engine["venv"]:
+        argv += ["--exists", f"{engine['venv']}/bin/vllm"]
+    if runtime == "docker":
+        argv += ["--docker-image", engine["image"]]
+    if recipe["preload"] and kind == "vllm":
+        argv += ["--vllm-subcommand", "preload", "--answers-dir", paths.answers_dir]
+    argv += ["--poll-s", str(params["poll_s"]), "--timeout-s", str(node_wait_s(ctx.timeout_s)),
+             "--residency", engine["model"], "--trial", ctx.trial_id, "--lease-dir", paths.lease_dir]
+    if recipe["sleep_wake"]:
+        argv.append("--sleep-wake")
+    return NodePlan(launch=spec, commands={"trial": argv, "cleanup": cleanup_argv(paths, engine["port"])},
+                    files=COLLECT_FILES)
 
 
 def _resources(ctx: TrialContext) -> Resources:
@@ -215,6 +272,7 @@ def _section(frame: Any, root: Path) -> str:
 
 KIND = ExperimentKind(
     name="startup",
+    doc="docs/startup.md",
     summary="wall seconds from the start command to the first token, explained phase by phase",
     # One Ansible run a trial (prepare, measure, then collect in an always: section): each
     # ansible-playbook start costs 1.4-2.1 s on the H200: the next trial's run starts while this
@@ -226,6 +284,7 @@ KIND = ExperimentKind(
     resources=_resources,
     collect=_collect,
     diagnose=_diagnose,
+    node_plan=_node_plan,
     needs_engine=True,
     report=KindReport("startup.csv", _rows, _section),
 )

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 from nodetools.h2d_copy import DIRECTIONS, MAX_SIZE_MIB, MEMORY_KINDS
 from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
+from runner.experiments.node_plan import NodePlan, reap_argv
 from runner.parse.fio import parse_fio_json, summarize
 
 __all__ = ["H2D_RAW", "KIND", "PLAYBOOK", "STORAGE_MODES", "BufferedReadParams", "H2DCopyParams",
@@ -268,8 +269,23 @@ def _resources(ctx: TrialContext) -> Resources:
     return Resources(exclusive=True)
 
 
+def _node_plan(ctx: TrialContext) -> NodePlan:
+    """The reap (a stray fio of an earlier attempt too: --clear-users) and the copy timer's argv;
+    the fio job itself is the fio role's."""
+    paths = ctx.node_paths()
+    commands = {"reap": reap_argv(paths, clear_users=True)}
+    if ctx.mode == H2D_MODE:
+        tool = [paths.python, "-m", "nodetools.h2d_copy"]
+        gpu = str(ctx.params["gpu"])
+        commands["h2d_probe"] = [*tool, "--probe", "--gpu", gpu]
+        commands["h2d_copy"] = [*tool, "--size-mib", str(ctx.params["size_mib"]), "--repeats",
+                                str(ctx.params["repeats"]), "--gpu", gpu, "--out", paths.file(H2D_RAW)]
+    return NodePlan(commands=commands)
+
+
 KIND = ExperimentKind(
     name="storage",
+    doc="docs/storage.md",
     summary="the node's transfer limits: fio on the data filesystem (direct sequential read, the reference "
             "campaign's 13.5 GB/s, and buffered read) and host-GPU copies (pinned and pageable)",
     phases=(Phase("run", PLAYBOOK),),
@@ -277,5 +293,6 @@ KIND = ExperimentKind(
     default_modes=("seq_read_direct", "buffered_read"),
     resources=_resources,
     collect=_collect,
+    node_plan=_node_plan,
     report=KindReport(csv_name="storage.csv", rows=_rows, section=_section),
 )

@@ -147,6 +147,15 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
             assert json.loads((raw / "facts_after.json").read_text())["memory"]["total_bytes"] > 0, rec["id"]
     assert not list((results / "trials").glob("*/ansible/turn")) or all(
         t.read_text().strip() == "go" for t in (results / "trials").glob("*/ansible/turn"))
+    # What --plan showed is what the node ran: each trial's planned engine command (plan.json) is the
+    # one in the launch file its program wrote and executed.
+    planned = {t["id"]: t["launch"] for t in json.loads((results / "plan.json").read_text())["trials"]}
+    for rec in records[:-1]:
+        if rec["status"] != "ok":
+            continue
+        ran = json.loads((results / "trials" / rec["id"] / "raw" / "localhost" / "launch.json").read_text())
+        assert ran["argv"] == planned[rec["id"]]["argv"] == rec["launch"]["argv"], rec["id"]
+        assert ran["env"] == planned[rec["id"]]["env"], rec["id"]
 
 
 def test_engine_that_fails_to_start_is_a_failed_row_with_its_error_and_a_clean_node(

@@ -160,7 +160,7 @@ def test_no_meta_dependencies(role: Path) -> None:
 
 CHECKS = {"ansible.builtin.assert", "assert", "ansible.builtin.fail", "fail"}
 PREFLIGHT = REPO / "playbooks" / "provision" / "preflight.yml"
-VALIDATED = tuple(r.name for r in ROLES if (r / "tasks" / "validate.yml").is_file())
+VALIDATED = tuple(r.name for r in ROLES)  # every role has its tasks/validate.yml (test below)
 _NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 
 
@@ -215,6 +215,11 @@ def test_input_checks_live_only_in_validate_yml(role: Path) -> None:
                  for name, tasks in _task_files(role).items() if name != "validate.yml"
                  for task in tasks if _module(task) and not found & set(_NAME.findall(_conditions(task)))]
     assert not misplaced, f"{role.name}: checks of inputs alone belong in tasks/validate.yml: {misplaced}"
+
+
+@pytest.mark.parametrize("role", VALIDATED, ids=str)
+def test_every_role_checks_its_inputs_in_validate_yml(role: str) -> None:
+    assert (REPO / "roles" / role / "tasks" / "validate.yml").is_file(), f"{role}: no tasks/validate.yml"
 
 
 @pytest.mark.parametrize("role", VALIDATED, ids=str)
@@ -292,10 +297,20 @@ def test_preflight_runs_every_used_roles_validate_yml_and_no_copies() -> None:
         "preflight.yml reads a role's defaults by file: include_role (tasks_from: validate) loads them")
 
 
+def test_preflight_ansible_core_bounds_hold_the_pinned_release() -> None:
+    play = _load(PREFLIGHT)[0]
+    low, below = (tuple(int(n) for n in str(play["vars"][k]).split(".")) for k in
+                  ("preflight_ansible_core_min", "preflight_ansible_core_below"))
+    pin = re.search(r'"ansible-core==([\d.]+)"', (REPO / "pyproject.toml").read_text())
+    assert pin, "pyproject.toml pins no ansible-core release"
+    assert low <= tuple(int(n) for n in pin.group(1).split("."))[:2] < below, (pin.group(1), low, below)
+    assert "version('2." not in PREFLIGHT.read_text(), "preflight.yml writes an ansible-core bound as a literal"
+
+
 def test_preflight_has_no_version_literals() -> None:
     # The controller's own ansible-core gate is not a role input; every other version is a role's default.
     lines = [line for line in PREFLIGHT.read_text().splitlines()
-             if "ansible_version" not in line and "ansible-core" not in line]
+             if "ansible_version" not in line and "ansible-core" not in line and "preflight_ansible_core" not in line]
     literal = re.compile(r"(?<![\w.])\d+(?:\.\d+)+(?![\w.])|\b\d{3,}\b")  # 4.2.1, 580.159.04, 1.17.8, 580
     found = sorted({m.group(0) for line in lines for m in literal.finditer(line)})
     assert not found, f"preflight.yml holds version literals {found}: read them from the roles' defaults"

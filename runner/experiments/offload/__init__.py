@@ -13,13 +13,15 @@ remove the trial's offload files, fetch everything).
 
 Modules: ``params`` (modes and parameters), ``sizing`` (tokens and bytes of the working set and
 the tiers), ``setup`` (the plan-time trial setup), ``collect`` (figures from the raw files),
-``report`` (the CSVs and the report section).
+``node`` (each engine copy's launch and the node programs' argv), ``report`` (the CSVs and the
+report section).
 """
 
 from __future__ import annotations
 
 from runner.experiments.base import ExperimentKind, KindReport, Phase
 from runner.experiments.offload.collect import collect, diagnose
+from runner.experiments.offload.node import node_plan
 from runner.experiments.offload.params import MODES, RECIPES
 from runner.experiments.offload.report import rows, section
 from runner.experiments.offload.setup import resources
@@ -31,6 +33,7 @@ PLAYBOOKS = "playbooks/experiments/offload"
 
 KIND = ExperimentKind(
     name="offload",
+    doc="docs/offload.md",
     summary="a multi-turn chat load over a working set larger than the GPU KV pool, per KV offload mode",
     phases=(
         Phase("prepare", f"{PLAYBOOKS}/prepare.yml"),
@@ -42,6 +45,7 @@ KIND = ExperimentKind(
     resources=resources,
     collect=collect,
     diagnose=diagnose,
+    node_plan=node_plan,
     needs_engine=True,
     report=KindReport("offload.csv", rows, section),
 )

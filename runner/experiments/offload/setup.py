@@ -19,8 +19,9 @@ from nodetools.loadgen.workload import request_context_tokens
 from nodetools.model_shapes import CONFIG_ONLY_PRESETS
 from nodetools.offload.layout import COPY_FILES, TRIAL_FILES, fetched_name, split_gpus
 from runner.experiments.base import Resources, TrialContext
+from runner.experiments.launch import engine_arg
 from runner.experiments.offload.params import TRIAL_FS_DIR, QualityParams, WorkloadParams
-from runner.experiments.offload.sizing import engine_arg, plan_sizing, staging_shortfall
+from runner.experiments.offload.sizing import plan_sizing, staging_shortfall
 
 __all__ = ["OffloadResources", "load_format", "resources", "trial_setup", "weights_label"]
 

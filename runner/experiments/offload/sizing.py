@@ -18,6 +18,7 @@ from typing import Any
 
 from nodetools.loadgen.workload import with_chat_template
 from nodetools.model_shapes import PRESETS
+from runner.experiments.launch import engine_arg
 from runner.experiments.offload.params import WorkloadParams
 
 __all__ = ["GIB", "VLLM_BLOCK_TOKENS", "engine_arg", "host_tier_tokens", "plan_sizing", "sizes_note",
@@ -28,12 +29,6 @@ _STANDIN_HOST_TIER = re.compile(r"\[stand-in\] host-RAM KV tier: [\d.]+ GiB = ([
 VLLM_BLOCK_TOKENS = 16  # vLLM's KV block on CUDA unless engine.args block-size says otherwise
 # vLLM's scheduler when the offload tier has no room for a request's blocks (they are not offloaded).
 _STORE_REFUSED = re.compile(r"Request \S+: cannot store blocks")
-
-
-def engine_arg(args: Mapping[str, Any], flag: str) -> Any:
-    """An engine flag as a campaign may spell it: ``max-model-len`` or ``max_model_len``."""
-    value = args.get(flag)
-    return args.get(flag.replace("-", "_")) if value is None else value
 
 
 def _int(value: Any) -> int | None:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from runner.errors import SpecError
 from runner.experiments.base import TrialContext
+from runner.experiments.launch import engine_argv
 from runner.experiments.offload import KIND, MODES, working_set
 from runner.spec import load_campaign
 
@@ -20,28 +19,20 @@ REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests/fixtures"
 
 
-def engine_filter() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("engine_filter", REPO / "plugins/filter/engine.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def recipe(mode: str, **params: object) -> dict[str, object]:
     return MODES[mode].model_validate(params).model_dump(mode="json")["recipe"]
 
 
 def test_native_cpu_is_the_seeds_flag_pair() -> None:
-    argv = engine_filter().engine_argv(recipe("native_cpu", offload_gib=200)["args"])
+    argv = engine_argv(recipe("native_cpu", offload_gib=200)["args"])
     assert argv == ["--enable-prompt-tokens-details", "--kv-offloading-backend", "native", "--kv-offloading-size",
                     "200.0"]
-    assert engine_filter().engine_argv(recipe("hbm_only")["args"]) == ["--enable-prompt-tokens-details"]
+    assert engine_argv(recipe("hbm_only")["args"]) == ["--enable-prompt-tokens-details"]
 
 
 def test_tiered_renders_a_tiering_spec_with_an_fs_tier() -> None:
     r = recipe("tiered", offload_gib=64, fs_dir="/mnt/data/kv_cache")
-    argv = engine_filter().engine_argv(r["args"])
+    argv = engine_argv(r["args"])
     config = json.loads(argv[argv.index("--kv-transfer-config") + 1])
     extra = config["kv_connector_extra_config"]
     assert config["kv_connector"] == "OffloadingConnector" and extra["spec_name"] == "TieringOffloadingSpec"

@@ -1,28 +1,17 @@
-"""The engine filters: flags and whole launches rendered from data, per runtime and mode."""
+"""The engine's launch: flags and whole launches rendered from data, per runtime and mode."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
+from runner.experiments import launch as F
 from runner.experiments.startup import RECIPES
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("engine_filter", REPO / "plugins/filter/engine.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-F = load()
 VLLM_DOCKER = {"kind": "vllm", "runtime": "docker", "image": "vllm/vllm-openai:v0.24.0", "model": "/mnt/data/models/q",
                "port": 8000, "gpus": [4], "args": {"max-model-len": 32768}, "env": {"VLLM_LOG_STATS_INTERVAL": "10"}}
 VLLM_PROCESS = {**VLLM_DOCKER, "runtime": "process", "image": None, "venv": "/opt/vllm"}
@@ -34,7 +23,7 @@ def test_engine_argv_rules() -> None:
                           {"kv_role": "kv_both", "kv_connector": "OffloadingConnector"}}) == [
         "--enforce-eager", "--no-enable-prefix-caching", "--seed", "0", "--cuda-graph-sizes", "1", "2",
         "--kv-transfer-config", '{"kv_connector":"OffloadingConnector","kv_role":"kv_both"}']
-    with pytest.raises(AnsibleFilterError, match="expected a mapping of flags, got list"):
+    with pytest.raises(ValueError, match="expected a mapping of flags, got list"):
         F.engine_argv(["--x"])
 
 
@@ -96,7 +85,7 @@ def test_standin_runs_with_the_node_python_and_its_jit_dir() -> None:
     ({"kind": "vllm"}, "must be a mapping with a model"),
 ])
 def test_bad_engines_are_clear_errors(engine: dict[str, object], message: str) -> None:
-    with pytest.raises(AnsibleFilterError, match=message):
+    with pytest.raises(ValueError, match=message):
         F.engine_launch(engine, "n")
 
 
@@ -122,5 +111,5 @@ def test_every_mode_renders_its_caches_and_flags(mode: str, runtime: str) -> Non
 
 
 def test_unknown_cache_mode() -> None:
-    with pytest.raises(AnsibleFilterError, match="unknown cache mode 'warm'"):
+    with pytest.raises(ValueError, match="unknown cache mode 'warm'"):
         F.mode_cache_root("warm", VLLM_DOCKER, "/x")

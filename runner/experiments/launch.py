@@ -1,30 +1,29 @@
-# SPDX-License-Identifier: MIT
 """Render an engine (vLLM or the stand-in) from data into the argv and environment that start it.
 
 Engine arguments are data: a mapping of ``vllm serve`` flags rendered by one tested function,
-never string-pasted shell. Both filters are pure; the playbooks call them, the tests import them.
+never string-pasted shell. The kinds call these at plan time, so ``--plan`` shows the exact
+command a trial's node will exec (``launch`` in plan.json); the playbooks only pass it on.
+
+- :func:`engine_argv` turns a mapping of flags into argv: ``True`` gives a bare flag, ``False``
+  and ``None`` omit it (write ``no-enable-prefix-caching: true`` for a negative flag), a list gives
+  the flag followed by each item, a mapping gives compact JSON, anything else its string form.
+  Underscores in names become dashes.
+- :func:`engine_launch` returns ``argv``, ``env`` and ``stop_argv`` for a campaign's engine at a
+  runtime (docker or process), with the compile and JIT caches and the model cache where the mode
+  says.
+- :func:`mode_cache_root` maps a startup mode's cache recipe (persistent, fresh, none) to a folder.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
+__all__ = ["VLLM_DEFAULTS", "engine_arg", "engine_argv", "engine_launch", "mode_cache_root", "vllm_arg"]
 
-DOCUMENTATION = r"""
-name: engine_argv / engine_launch / mode_cache_root
-short_description: Render vLLM serve flags and a whole engine launch from data
-description:
-  - C(engine_argv) turns a mapping of flags into argv. C(True) gives a bare flag, C(False) and
-    C(None) omit it (write C(no-enable-prefix-caching) set to true for a negative flag), a list gives the
-    flag followed by each item, a mapping gives compact JSON, anything else its string form.
-    Underscores in names become dashes.
-  - C(engine_launch) returns C(argv), C(env) and C(stop_argv) for a campaign's engine at a
-    runtime (docker or process), with the compile and JIT caches and the model cache where the
-    mode says.
-  - C(mode_cache_root) maps a startup mode's cache recipe (persistent, fresh, none) to a folder.
-"""
+# vLLM's own defaults for the flags the plan reads when a campaign leaves them out.
+VLLM_DEFAULTS: dict[str, Any] = {"tensor-parallel-size": 1, "gpu-memory-utilization": 0.9}
 
 # Where each cache lives inside the vLLM image (root's home) and which variable moves it for a
 # process runtime. vLLM's compile cache is under VLLM_CACHE_ROOT; the kernel-JIT caches (Triton,
@@ -44,7 +43,7 @@ def engine_argv(args: Any) -> list[str]:
     if args is None:
         return []
     if not isinstance(args, dict):
-        raise AnsibleFilterError(f"engine_argv: expected a mapping of flags, got {type(args).__name__}: {args!r}")
+        raise ValueError(f"engine_argv: expected a mapping of flags, got {type(args).__name__}: {args!r}")
     out: list[str] = []
     for key, value in args.items():
         flag = "--" + str(key).lstrip("-").replace("_", "-")
@@ -61,18 +60,30 @@ def engine_argv(args: Any) -> list[str]:
     return out
 
 
+def engine_arg(args: Mapping[str, Any], flag: str) -> Any:
+    """An engine flag as a campaign may spell it: ``max-model-len`` or ``max_model_len``."""
+    value = args.get(flag)
+    return args.get(flag.replace("-", "_")) if value is None else value
+
+
+def vllm_arg(args: Mapping[str, Any], flag: str) -> Any:
+    """The flag's value as the engine will see it: the campaign's, else vLLM's default."""
+    value = engine_arg(args, flag)
+    return VLLM_DEFAULTS[flag] if value is None else value
+
+
 def _cache_dirs(cache_root: str | None) -> dict[str, str]:
     if not cache_root:
         return {}
     return {name: f"{cache_root.rstrip('/')}/{name}" for name, _, _ in _CACHES}
 
 
-def engine_launch(engine: dict[str, Any], name: str, cache_root: str | None = None,
+def engine_launch(engine: Mapping[str, Any], name: str, cache_root: str | None = None,
                   model_cache: str | None = None, extra_args: dict[str, Any] | None = None,
                   python: str = "python3", host: str = "127.0.0.1") -> dict[str, Any]:
     """argv/env/stop_argv starting ``engine``; ``cache_root`` None means no persistent caches."""
-    if not isinstance(engine, dict) or not engine.get("model"):
-        raise AnsibleFilterError(f"engine_launch: engine must be a mapping with a model, got {engine!r}")
+    if not isinstance(engine, Mapping) or not engine.get("model"):
+        raise ValueError(f"engine_launch: engine must be a mapping with a model, got {engine!r}")
     kind = engine.get("kind", "stand-in")
     runtime = engine.get("runtime", "process")
     port = str(engine.get("port", 8000))
@@ -105,11 +116,11 @@ def engine_launch(engine: dict[str, Any], name: str, cache_root: str | None = No
         return {"argv": argv, "env": env, "stop_argv": [], "container": "", "caches": caches}
 
     if runtime != "docker":
-        raise AnsibleFilterError(f"engine_launch: unknown runtime {runtime!r} (docker or process)")
+        raise ValueError(f"engine_launch: unknown runtime {runtime!r} (docker or process)")
     if kind == "stand-in":
-        raise AnsibleFilterError("engine_launch: the stand-in runs as a process (runtime: process)")
+        raise ValueError("engine_launch: the stand-in runs as a process (runtime: process)")
     if not engine.get("image"):
-        raise AnsibleFilterError("engine_launch: runtime docker needs engine.image")
+        raise ValueError("engine_launch: runtime docker needs engine.image")
     docker = ["docker", "run", "--rm", "--name", name, "--ipc=host", "--network=host"]
     docker += ["--gpus", f'"device={",".join(gpus)}"' if gpus else "all"]
     for cache, in_image, _ in _CACHES:
@@ -127,7 +138,7 @@ def engine_launch(engine: dict[str, Any], name: str, cache_root: str | None = No
             "caches": caches}
 
 
-def mode_cache_root(cache: str, engine: dict[str, Any], fresh_dir: str) -> str | None:
+def mode_cache_root(cache: str, engine: Mapping[str, Any], fresh_dir: str) -> str | None:
     """Where a mode's compile and JIT caches live: ``persistent`` the campaign's cache volume,
     ``fresh`` an empty folder of the trial, ``none`` no cache volume for a docker engine (a
     process engine always has a cache folder: a fresh one)."""
@@ -137,9 +148,5 @@ def mode_cache_root(cache: str, engine: dict[str, Any], fresh_dir: str) -> str |
         return fresh_dir
     if cache == "none":
         return None
-    raise AnsibleFilterError(f"mode_cache_root: unknown cache mode {cache!r} (persistent, fresh or none)")
+    raise ValueError(f"mode_cache_root: unknown cache mode {cache!r} (persistent, fresh or none)")
 
-
-class FilterModule:
-    def filters(self) -> dict[str, Any]:
-        return {"engine_argv": engine_argv, "engine_launch": engine_launch, "mode_cache_root": mode_cache_root}
