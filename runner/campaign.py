@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ResultsWriteError
-from runner.execute import PhaseResult, RunningPhase, run_phase, start_phase
+from runner.execute import PhaseResult, RunningPhase, start_phase
 from runner.experiments import KINDS
 from runner.experiments.base import ExperimentKind, Phase, TrialContext
-from runner.experiments.facts import PLAYBOOK as FACTS_PLAYBOOK
+from runner.host_checks import PREFLIGHT_TIMEOUT_S, PROBE_TIMEOUT_S, gather_facts, host_answers
 from runner.inventory import Inventory
 from runner.livelog import LogFollower
-from runner.overlap import EarlyRun, Turn
-from runner.plan import Plan, Trial, node_python, remote_dir
+from runner.overlap import EarlyRun, Overlap, Turn, start_early
+from runner.plan import Plan, Trial, node_python
 from runner.progress import Progress
 from runner.provenance import REPO_ROOT, git_state, inventory_digest, tool_versions
 from runner.records import TrialRecord, TrialStatus
@@ -40,10 +40,7 @@ __all__ = ["CampaignOutcome", "run_campaign"]
 
 logger = logging.getLogger(__name__)
 
-PROBE_PLAYBOOK = "playbooks/experiments/probe.yml"
 REFUSED_PREFIX = "preflight refused"
-PREFLIGHT_TIMEOUT_S = 300
-PROBE_TIMEOUT_S = 30
 
 
 @dataclass
@@ -94,25 +91,6 @@ def _extravars(ctx: _Ctx, trial: Trial, trial_dir: Path) -> dict[str, Any]:
     }
 
 
-def _preflight(ctx: _Ctx, host: str) -> tuple[dict[str, Any] | None, str]:
-    """Gather the host's facts once per run; an unreachable host fails all its trials at once."""
-    host_dir = ctx.store.root / "hosts" / host
-    host_dir.mkdir(parents=True, exist_ok=True)
-    dest = host_dir / "facts.json"
-    result = run_phase(
-        phase="preflight", playbook=REPO_ROOT / FACTS_PLAYBOOK, project_dir=REPO_ROOT,
-        private_data_dir=host_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=host,
-        extravars={"exp_facts_dest": str(dest), "exp_results_dir": str(host_dir),
-                   "exp_remote_dir": remote_dir(ctx.loaded, host, "preflight")},
-        timeout_s=PREFLIGHT_TIMEOUT_S, cancel=ctx.stop, lease=lease_id(ctx.store.root, f"preflight@{host}"),
-    )
-    if not result.ok:
-        reason = result.failures[0].one_line() if result.failures else result.status
-        return None, f"host preflight failed: {reason}"
-    facts = ctx.store.read_json(Path("hosts") / host / "facts.json")
-    return (facts if isinstance(facts, dict) else None), ""
-
-
 def _start_follower(ctx: _Ctx, trial: Trial, phase: Phase, extravars: dict[str, Any]) -> LogFollower | None:
     """Tail the node's log (``phase.follow``) for the display while the phase runs."""
     if not (ctx.follow and phase.follow and ctx.inventory is not None):
@@ -134,36 +112,13 @@ def _start(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, extravars: di
     )
 
 
-class _Overlap:
-    """The host's next trial, which this trial's phase may start early (``Phase.overlap_from``):
-    only when that trial's first playbook begins by waiting for its turn (``Phase.waits_for_turn``)."""
-
-    def __init__(self, ctx: _Ctx, next_trial: Trial | None, timeout_s: float) -> None:
-        waits = next_trial is not None and KINDS[next_trial.kind].phases[0].waits_for_turn
-        self.ctx, self.next_trial = ctx, next_trial if waits else None
-        # The longest the early run may wait: this trial's limit, and the probe of a lost host after it.
-        self.wait_s = timeout_s + PROBE_TIMEOUT_S + 60
-        self.early: EarlyRun | None = None
-        self.tried = False
-
-    def on_task(self, phase: Phase, task: str) -> None:
-        if self.early is not None and phase.turn_from and task.startswith(phase.turn_from):
-            if not self.ctx.stop.is_set():  # stopped: the next trial is cancelled, never let go
-                self.early.let_go()  # this trial has left the node: what is left copies its files home
-            return
-        if (self.tried or self.next_trial is None or not phase.overlap_from
-                or not task.startswith(phase.overlap_from) or self.ctx.stop.is_set()):
-            return
-        self.tried = True  # once: a start that failed is not tried again at the next task
-        try:
-            self.early = _start_early(self.ctx, self.next_trial, self.wait_s)
-        except (OSError, ResultsWriteError):  # called from ansible-runner's event thread, which would hide it
-            logger.exception("could not start %s early; it starts in its turn", self.next_trial.id)
-
-    def cancel(self) -> None:
-        if self.early is not None:
-            self.early.cancel()
-            self.early = None
+def _overlap(ctx: _Ctx, next_trial: Trial | None, timeout_s: float) -> Overlap:
+    """This trial's overlap with the host's next trial: only one whose first playbook waits for its
+    turn starts early, and it may wait this trial's limit and the probe of a lost host after it."""
+    if next_trial is None or not KINDS[next_trial.kind].phases[0].waits_for_turn:
+        return Overlap(None, "", ctx.stop.is_set)
+    wait_s = timeout_s + PROBE_TIMEOUT_S + 60
+    return Overlap(lambda: _start_early(ctx, next_trial, wait_s), next_trial.id, ctx.stop.is_set)
 
 
 def _start_early(ctx: _Ctx, trial: Trial, wait_s: float) -> EarlyRun:
@@ -185,7 +140,7 @@ def _start_early(ctx: _Ctx, trial: Trial, wait_s: float) -> EarlyRun:
 
 
 def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, extravars: dict[str, Any],
-                        overlap: _Overlap, early: EarlyRun | None = None) -> PhaseResult:
+                        overlap: Overlap, early: EarlyRun | None = None) -> PhaseResult:
     """One phase through ansible-runner (or the one started early: its turn now), tailing the node's
     log for the display meanwhile."""
 
@@ -228,7 +183,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     extravars = _extravars(ctx, trial, trial_dir)
     if early is None:
         (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
-    overlap = _Overlap(ctx, next_trial if not preflight_error else None, trial.timeout_s)
+    overlap = _overlap(ctx, next_trial if not preflight_error else None, trial.timeout_s)
     try:
         return _run_phases(ctx, trial, kind, trial_dir, record, extravars, preflight_error, early, overlap), \
             overlap.early
@@ -239,7 +194,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
 
 def _run_phases(ctx: _Ctx, trial: Trial, kind: ExperimentKind, trial_dir: Path, record: TrialRecord,
                 extravars: dict[str, Any], preflight_error: str, early: EarlyRun | None,
-                overlap: _Overlap) -> TrialStatus:
+                overlap: Overlap) -> TrialStatus:
     """The trial's phases, its status and reason, its record saved."""
     failures = []
     canceled = lost = False
@@ -294,21 +249,9 @@ def _run_phases(ctx: _Ctx, trial: Trial, kind: ExperimentKind, trial_dir: Path, 
     ctx.store.save_trial(trial.id, record)
     ctx.secrets.scrub_tree(trial_dir)
     ctx.progress.trial_finished(trial.id, status, reason, record["duration_s"])
-    if lost and not canceled and not _answers(ctx, trial.host):
+    if lost and not canceled and not host_answers(ctx.store.root, ctx.loaded, trial.host, ctx.stop):
         ctx.dead_hosts[trial.host] = f"host {trial.host} stopped answering during {trial.id} ({reason})"
     return status
-
-
-def _answers(ctx: _Ctx, host: str) -> bool:
-    """After an unreachable host or a phase timeout: does the host still answer, within seconds?
-    A frozen sshd or a dead node must not make every remaining trial wait its whole timeout."""
-    result = run_phase(
-        phase="probe", playbook=REPO_ROOT / PROBE_PLAYBOOK, project_dir=REPO_ROOT,
-        private_data_dir=ctx.store.root / "hosts" / host / "probe", inventory=ctx.loaded.inventory_path,
-        limit=host, extravars={}, timeout_s=PROBE_TIMEOUT_S, cancel=ctx.stop,
-        lease=lease_id(ctx.store.root, f"probe@{host}"),
-    )
-    return result.ok
 
 
 def _record_not_tried(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, reason: str) -> TrialStatus:
@@ -328,11 +271,8 @@ def _start_first_early(ctx: _Ctx, trials: list[Trial]) -> EarlyRun | None:
     start costs 1.4-2.1 s on the H200): only a trial whose first playbook waits for its turn."""
     if not trials or not KINDS[trials[0].kind].phases[0].waits_for_turn or ctx.stop.is_set():
         return None
-    try:
-        return _start_early(ctx, trials[0], PREFLIGHT_TIMEOUT_S + 60)
-    except (OSError, ResultsWriteError):
-        logger.exception("could not start %s early; it starts after the preflight", trials[0].id)
-        return None
+    return start_early(lambda: _start_early(ctx, trials[0], PREFLIGHT_TIMEOUT_S + 60), trials[0].id,
+                       "after the preflight")
 
 
 def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
@@ -342,7 +282,7 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     early: EarlyRun | None = None
     try:
         early = _start_first_early(ctx, trials)
-        facts, preflight_error = _preflight(ctx, host)
+        facts, preflight_error = gather_facts(ctx.store, ctx.loaded, host, ctx.stop)
         if early is not None:
             if preflight_error or ctx.stop.is_set():
                 early.cancel()  # nothing of it ran on the node: its turn never came

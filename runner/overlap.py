@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import threading
@@ -26,9 +27,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from runner.errors import ResultsWriteError
 from runner.execute import PhaseResult, RunningPhase
+from runner.experiments.base import Phase
 
-__all__ = ["GO", "EarlyRun", "Turn"]
+__all__ = ["GO", "EarlyRun", "Overlap", "Turn", "start_early"]
+
+logger = logging.getLogger(__name__)
 
 GO = "go"
 CANCEL = "cancel"
@@ -134,3 +139,42 @@ class EarlyRun:
             with contextlib.suppress(OSError):
                 shutil.rmtree(self.trial_dir)
         return result
+
+
+def start_early(start: Callable[[], EarlyRun], trial_id: str, otherwise: str) -> EarlyRun | None:
+    """``start()``, or None when the early start failed (the trial then starts ``otherwise``, in
+    its turn): a full results disk or a failed fork must not fail the trial before its turn."""
+    try:
+        return start()
+    except (OSError, ResultsWriteError):
+        logger.exception("could not start %s early; it starts %s", trial_id, otherwise)
+        return None
+
+
+class Overlap:
+    """The host's next trial, which this trial's phase may start early (``Phase.overlap_from``):
+    ``start()`` starts it (None when there is none, or its first playbook does not wait for its
+    turn: ``Phase.waits_for_turn``); ``stopped()`` says the campaign is being stopped."""
+
+    def __init__(self, start: Callable[[], EarlyRun] | None, next_trial_id: str,
+                 stopped: Callable[[], bool]) -> None:
+        self.next_trial_id, self._start, self._stopped = next_trial_id, start, stopped
+        self.early: EarlyRun | None = None
+        self.tried = False
+
+    def on_task(self, phase: Phase, task: str) -> None:
+        """Called for each task of this trial's phase (from ansible-runner's event thread)."""
+        if self.early is not None and phase.turn_from and task.startswith(phase.turn_from):
+            if not self._stopped():  # stopped: the next trial is cancelled, never let go
+                self.early.let_go()  # this trial has left the node: what is left copies its files home
+            return
+        if (self.tried or self._start is None or not phase.overlap_from
+                or not task.startswith(phase.overlap_from) or self._stopped()):
+            return
+        self.tried = True  # once: a start that failed is not tried again at the next task
+        self.early = start_early(self._start, self.next_trial_id, "in its turn")
+
+    def cancel(self) -> None:
+        if self.early is not None:
+            self.early.cancel()
+            self.early = None

@@ -48,6 +48,8 @@ class TrialRecord(TypedDict, total=False):
     definition_hash: str
     remote_dir: str
     refusals: list[str]
+    launch: dict[str, Any] | None  # the engine's command line as planned (node_plan), None when none starts
+    node: dict[str, Any]  # every node program's argv, the skip known before the node is asked
     # What happened
     status: TrialStatus
     reason: str  # empty when ok; never empty otherwise

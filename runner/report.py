@@ -27,6 +27,7 @@ from runner.experiments import KINDS
 from runner.experiments.base import TrialContext
 from runner.files import atomic_write_text
 from runner.markdown import markdown_table
+from runner.records import TrialRecord
 from runner.store import ResultsStore
 
 __all__ = ["aggregate_rows", "build_report", "json_value", "summary_frame", "typed_rows"]
@@ -41,7 +42,7 @@ _COUNTED = ("ok", "failed", "skipped")  # every other status (interrupted, pendi
 SUMMARY_JSON_FORMAT = 1
 
 
-def _load_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
+def _load_records(store: ResultsStore) -> dict[str, TrialRecord]:
     """Every trial record; an ok trial's metrics are collected again from its raw files, so a
     report rebuilt by a newer version of a parser reflects it. Stored metrics stay where that fails,
     and those it cannot recompute stay beside the new ones (a results folder copied without its
@@ -62,12 +63,12 @@ def _load_records(store: ResultsStore) -> dict[str, dict[str, Any]]:
     return records
 
 
-def summary_frame(store: ResultsStore, records: dict[str, dict[str, Any]] | None = None,
+def summary_frame(store: ResultsStore, records: dict[str, TrialRecord] | None = None,
                   plan: dict[str, Any] | None = None) -> pd.DataFrame:
     return _frame(_summary_rows(store, records, plan))
 
 
-def _summary_rows(store: ResultsStore, records: dict[str, dict[str, Any]] | None = None,
+def _summary_rows(store: ResultsStore, records: dict[str, TrialRecord] | None = None,
                   plan: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     plan = plan or store.read_json("plan.json") or {"trials": []}
     records = dict(_load_records(store) if records is None else records)
@@ -88,7 +89,7 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame[_BASE_COLUMNS + metric_cols].convert_dtypes()
 
 
-def _row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
+def _row(planned: dict[str, Any], record: TrialRecord | None) -> dict[str, Any]:
     row: dict[str, Any] = {
         "trial_id": planned["id"], "experiment": planned["experiment"], "kind": planned["kind"],
         "mode": planned["mode"], "repeat": planned["repeat"], "host": planned["host"],
@@ -271,14 +272,14 @@ def _hosts_section(store: ResultsStore) -> str:
     return markdown_table(pd.DataFrame(rows))
 
 
-def _plan_ordered(plan: dict[str, Any], records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _plan_ordered(plan: dict[str, Any], records: dict[str, TrialRecord]) -> list[TrialRecord]:
     """Trial records in plan order (setup-major), then any left from an earlier plan."""
     records = dict(records)
     ordered = [records.pop(t["id"]) for t in plan["trials"] if t["id"] in records]
     return ordered + list(records.values())
 
 
-def _kind_sections(store: ResultsStore, records: dict[str, dict[str, Any]], plan: dict[str, Any]) -> list[str]:
+def _kind_sections(store: ResultsStore, records: dict[str, TrialRecord], plan: dict[str, Any]) -> list[str]:
     """Each kind with a ``KindReport`` gets its CSV (one or more rows per trial) and section."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for record in _plan_ordered(plan, records):

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from runner.experiments.node_plan import NodePaths, NodePlan
+from runner.records import TrialRecord
 
 __all__ = ["ExperimentKind", "KindReport", "ModeParams", "Phase", "Resources", "TrialContext"]
 
@@ -90,7 +91,7 @@ class KindReport:
     """
 
     csv_name: str
-    rows: Callable[[Mapping[str, Any]], list[dict[str, Any]]]
+    rows: Callable[[TrialRecord], list[dict[str, Any]]]
     section: Callable[[Any, Path], str] | None = None  # (pandas.DataFrame, results root) -> Markdown
 
 

@@ -12,12 +12,12 @@ in-place cuda-checkpoint restore, the CRIU restores), medians over the repeats t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from runner.experiments.limits import NodeLimits, node_limits
 from runner.markdown import markdown_table
+from runner.records import TrialRecord
 
 __all__ = ["COLUMNS", "rows", "section"]
 
@@ -46,7 +46,7 @@ _STARTS = {"first_start": "cold start (empty caches)", "disk_cold": "start with 
            "enforce_eager": "start, --enforce-eager", "fresh_container": "start in a fresh container"}
 
 
-def rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def rows(record: TrialRecord) -> list[dict[str, Any]]:
     metrics = record.get("metrics") or {}
     params = record.get("params") or {}
     args = (record.get("engine") or {}).get("args") or {}

@@ -33,6 +33,7 @@ from runner.experiments.node_plan import (
 from runner.markdown import markdown_table
 from runner.parse.startup_timeline import PHASE_NAMES, timeline
 from runner.parse.vllm_log import parse_log_if_any
+from runner.records import TrialRecord
 
 __all__ = ["KIND", "PHASE_COLUMNS", "RECIPES", "before_start"]
 
@@ -225,7 +226,7 @@ _REPORT_COLUMNS = ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction",
                    "gpu_mem_mib_after_stop", "page_cache_gib_after_stop", "log_errors", "timeline_note")
 
 
-def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _rows(record: TrialRecord) -> list[dict[str, Any]]:
     metrics = record.get("metrics") or {}
     return [{k: metrics.get(k) for k in _REPORT_COLUMNS}]
 

@@ -24,7 +24,6 @@ figures through :mod:`runner.experiments.limits`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -38,6 +37,7 @@ from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
 from runner.experiments.node_plan import NodePlan, reap_argv
 from runner.parse.fio import parse_fio_json, summarize
+from runner.records import TrialRecord
 
 __all__ = ["H2D_RAW", "KIND", "PLAYBOOK", "STORAGE_MODES", "BufferedReadParams", "H2DCopyParams",
            "SeqReadDirectParams", "h2d_copy_metrics", "storage_metrics"]
@@ -171,7 +171,7 @@ _COPY_COLUMNS = ("gb_s_max", "seconds_median", "copy_repeats", "gpu", "gpu_name"
 DIRECTION_WORDS = {"h2d": "host → GPU", "d2h": "GPU → host", "read": "disk → host"}
 
 
-def _rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _rows(record: TrialRecord) -> list[dict[str, Any]]:
     """One row per fio trial (``direction`` read); per h2d_copy trial one row per direction and
     memory kind, or one row with its reason when it did not finish ok."""
     params = record.get("params") or {}

@@ -5,7 +5,6 @@ measured copy and disk read rates, where the results folder has ``storage`` tria
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from runner.experiments.limits import NodeLimits, node_limits, transfer_limit
 from runner.experiments.offload.collect import ENGINE_FILE_IO
 from runner.files import atomic_write_text
 from runner.markdown import markdown_table
+from runner.records import TrialRecord
 
 __all__ = ["REPORT_COLUMNS", "rows", "section"]
 
@@ -31,7 +31,7 @@ REPORT_COLUMNS = (
 _TRANSFER_PREFIX = "kv_"  # kv_<src>_to_<dst>_gb / _s / _gb_s and kv_transfer_source (collect.kv_transfers)
 
 
-def rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def rows(record: TrialRecord) -> list[dict[str, Any]]:
     metrics = record.get("metrics") or {}
     row = {k: metrics.get(k) for k in REPORT_COLUMNS}
     # The transfer types are the engine's (GPU_to_CPU, CPU_to_GPU, ...): whichever it counted.
