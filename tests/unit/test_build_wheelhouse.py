@@ -83,7 +83,7 @@ def test_same_inputs_are_unchanged_and_an_exclude_drops_a_subtree_and_its_stale_
     assert build(tmp_path, index, "whtest-app==1.0").returncode == 0
     assert set(manifest(tmp_path)["wheels"]) == {"whtest-app", "whtest-lib", "whtest-mid", "whtest-leaf"}
     again = build(tmp_path, index, "whtest-app==1.0")
-    assert again.stdout.strip() == "wheelhouse: unchanged"
+    assert again.stdout.splitlines()[0] == "wheelhouse: unchanged"
     dropped = build(tmp_path, index, "whtest-app==1.0", "--exclude", "whtest-mid")
     assert dropped.returncode == 0, dropped.stderr
     assert set(manifest(tmp_path)["wheels"]) == {"whtest-app", "whtest-lib"}  # leaf only came through mid
@@ -136,3 +136,24 @@ def test_a_kept_node_version_reached_again_is_reported_once(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("node version kept: whtest-leaf 2.0 on the node") == 1, done.stdout
     assert sorted(manifest(tmp_path)["wheels"]) == ["whtest-a", "whtest-app", "whtest-b", "whtest-mid"]
+
+
+def test_it_prints_the_folder_the_role_looks_in_by_the_roles_own_formula(tmp_path: Path, index: Path) -> None:
+    done = build(tmp_path, index, "whtest-app==1.0", "--role-dir", "/srv/wh", node={"whtest-lib": "1.0"})
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.strip().splitlines()[-1].removeprefix("role looks in: ")
+    # The role's vars/main.yml, rendered by Ansible itself with the same inputs.
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    role = BUILDER.parents[1]
+    loader = DataLoader()
+    role_vars = {k: trust_as_template(v) if isinstance(v, str) else v
+                 for k, v in loader.load_from_file(str(role / "vars" / "main.yml")).items()}
+    variables = {**role_vars,
+                 "vllm_images_controller_wheelhouse_dir": "/srv/wh", "vllm_images_pip_requirements": ["whtest-app==1.0"],
+                 "vllm_images_pip_no_deps": False,
+                 "__vllm_images_node_python": {"stdout": (tmp_path / "node.json").read_text()}}
+    rendered = Templar(loader=loader, variables=variables).template(variables["__vllm_images_local"])
+    assert printed == str(rendered).strip()
+    assert printed.startswith("/srv/wh/cp3")

@@ -16,7 +16,11 @@ flashinfer pin); ``--exclude`` leaves out what a model does not need. Only what 
 downloaded (``pip download --no-deps``), and ``wheelhouse.json`` says what each wheel is and why.
 
 A wheelhouse already built for the same inputs is left as it is (prints ``wheelhouse: unchanged``);
-otherwise it prints ``wheelhouse: built``. Stale wheels of an earlier build are removed.
+otherwise it prints ``wheelhouse: built``. Stale wheels of an earlier build are removed. It then
+prints where the vllm_images role looks for this wheelhouse (``role looks in: DIR``, under
+``--role-dir``, the role's ``vllm_images_controller_wheelhouse_dir``): one folder per node Python,
+platform and requirement set, so a wheelhouse built by hand and carried to another controller is
+found there, and nowhere else (a role that finds none builds one, which fails offline).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 MANIFEST = "wheelhouse.json"
+ROLE_DIR = "/var/tmp/gpu-campaign-wheelhouse"  # the role's vllm_images_controller_wheelhouse_dir default
 DEFAULT_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 
@@ -268,6 +273,12 @@ def build(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def role_folder(role_dir: str, node: dict, requirements: list[str], no_deps: bool) -> str:
+    """The folder the vllm_images role reads (its vars/main.yml ``__vllm_images_local``, same formula)."""
+    key = hashlib.sha1(",".join([*requirements, str(no_deps)]).encode()).hexdigest()[:12]  # noqa: S324 - a name
+    return f"{role_dir.rstrip('/')}/cp{str(node['python']).replace('.', '')}-{node['platform']}-{key}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("requirements", nargs="+", metavar="REQUIREMENT", help="pinned, e.g. vllm==0.24.0")
@@ -278,9 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exclude", action="append", default=[], metavar="NAME")
     p.add_argument("--no-deps", action="store_true", help="only the listed requirements, nothing they need")
     p.add_argument("--pip-arg", action="append", default=[], help="extra pip argument (an index mirror, ...)")
+    p.add_argument("--role-dir", default=ROLE_DIR,
+                   help=f"the role's vllm_images_controller_wheelhouse_dir (default {ROLE_DIR})")
     args = p.parse_args(argv)
     try:
         print(build(args))
+        print(f"role looks in: {role_folder(args.role_dir, load_node(Path(args.node)), args.requirements, args.no_deps)}")
     except WheelhouseError as exc:
         print(f"build_wheelhouse: {exc}", file=sys.stderr)
         return 2
