@@ -146,20 +146,24 @@ class Timer:
         finally:
             self._keep_processes()
 
+    def _timed_post(self, path: str, requested: str, done: str, key: str) -> float | None:
+        """POST ``path`` between the events ``requested`` and ``done``, its seconds in ``out[key]``; the
+        time it was requested, or None (the error recorded) when it did not answer HTTP 200."""
+        t = self.mark(requested)
+        status, _ = post(self.port, path, None, timeout=600)
+        self.out[key] = round(self.mark(done) - t, 4)
+        if status != 200:
+            self.out["error"] = f"{path.partition('?')[0]} answered HTTP {status}"
+            return None
+        return t
+
     def sleep_wake(self) -> int:
         self.out["gpu_mem_mib_awake"] = memory_used_mib(self.gpus)
-        t = self.mark("sleep_requested")
-        status, _ = post(self.port, "/sleep?level=1", None, timeout=600)
-        self.out["sleep_http_s"] = round(self.mark("asleep") - t, 4)
-        if status != 200:
-            self.out["error"] = f"/sleep answered HTTP {status}"
+        if self._timed_post("/sleep?level=1", "sleep_requested", "asleep", "sleep_http_s") is None:
             return exitcodes.DIED
         self.out["gpu_mem_mib_asleep"] = memory_used_mib(self.gpus)
-        t = self.mark("wake_requested")
-        status, _ = post(self.port, "/wake_up", None, timeout=600)
-        self.out["wake_http_s"] = round(self.mark("awake") - t, 4)
-        if status != 200:
-            self.out["error"] = f"/wake_up answered HTTP {status}"
+        t = self._timed_post("/wake_up", "wake_requested", "awake", "wake_http_s")
+        if t is None:
             return exitcodes.DIED
         deadline = time.time() + 120
         while time.time() < deadline:
