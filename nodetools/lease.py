@@ -19,6 +19,7 @@ Stdlib only: this runs on the node.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import json
@@ -32,8 +33,8 @@ from typing import Any
 
 from nodetools.proc import port_open, start_time, write_json_atomic
 
-__all__ = ["LOCK_DIR_ENV", "Claim", "Lease", "PortBusy", "PortLock", "claim", "default_lease_dir", "default_trial",
-           "lock_path"]
+__all__ = ["LOCK_DIR_ENV", "Claim", "Lease", "PortBusy", "PortLock", "add_claim_options", "claim", "default_lease_dir",
+           "default_trial", "lock_path"]
 
 LOCK_DIR_ENV = "GPU_CAMPAIGN_LOCK_DIR"
 LEASE_DIR_NAME = ".leases"
@@ -194,3 +195,10 @@ def claim(tool: str, trial: str, workdir: Path, ports: list[int], lease_dir: Pat
     finally:
         for lock in locks:
             lock.release()
+
+
+def add_claim_options(p: argparse.ArgumentParser) -> None:
+    """``--trial``, ``--lease-dir`` and ``--lock-dir`` of every tool that starts an engine: what :func:`claim` takes."""
+    p.add_argument("--trial", default="", help="the trial id for the lease and the port lock (the folder's name)")
+    p.add_argument("--lease-dir", type=Path, default=None, help="the lease folder (.leases beside the trial folder)")
+    p.add_argument("--lock-dir", default=None, help="where the port lock files live ($GPU_CAMPAIGN_LOCK_DIR or /tmp)")

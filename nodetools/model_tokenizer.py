@@ -70,7 +70,8 @@ def _corpus(seed: int, vocab_size: int) -> list[str]:
 
 def train_tokenizer(folder: Path, vocab_size: int, max_position_embeddings: int, seed: int) -> int:
     """Train a byte-level BPE of at most vocab_size tokens (special tokens included); returns its size."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    # Here, not at the top: a node without tokenizers gets require_tokenizers' one-line message, not a traceback.
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: PLC0415
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
@@ -131,7 +132,7 @@ def write_tokenizer(folder: Path, vocab_size: int, max_position_embeddings: int,
 def require_tokenizers() -> None:
     """Fail before writing gigabytes of weights, not after."""
     try:
-        import tokenizers  # noqa: F401 - only probing that it is installed
+        import tokenizers  # noqa: F401, PLC0415 - only probing that it is installed
     except ImportError as exc:
         raise ImportError(
             "the Python package tokenizers is needed to train the tokenizer (vLLM brings it; or pip install tokenizers)"

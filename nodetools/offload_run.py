@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from nodetools import exitcodes
-from nodetools.coldstart import add_claim_options
+from nodetools.lease import add_claim_options
 from nodetools.offload.cleanup import cleanup_trial, remove_trial_files
 from nodetools.offload.layout import split_gpus
 from nodetools.offload.leftovers import clear_leftovers, leftover_containers

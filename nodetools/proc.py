@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "PROC", "become_subreaper", "group_members", "interrupt_on_term", "is_running", "launch_env", "port_open",
-    "reap_adopted_zombies", "run_captured", "start_time", "stat_fields", "stat_ids", "state", "stop_child_group",
-    "stop_group", "term_as_interrupt", "wait_gone", "write_json_atomic",
+    "PROC", "become_subreaper", "group_io", "group_is_ours", "group_members", "interrupt_on_term", "is_running",
+    "launch_env", "port_open", "reap_adopted_zombies", "run_captured", "signal_group", "start_time", "stat_fields",
+    "stat_ids", "state", "stop_child_group", "stop_group", "term_as_interrupt", "wait_gone", "write_json_atomic",
 ]
 
 PROC = Path("/proc")
@@ -79,6 +79,29 @@ def group_members(pgid: int, proc_root: Path = PROC) -> list[tuple[int, int]]:
             if fields and fields[0] not in _ZOMBIE and int(fields[2]) == pgid:
                 out.append((int(entry.name), int(fields[19])))
     return sorted(out)
+
+
+def group_is_ours(pgid: int, start: int, proc_root: Path = PROC) -> tuple[bool, str]:
+    """(the group recorded with leader start time ``start`` still has live members, why not ours).
+
+    Linux does not hand out a pid again while a process group of that number has members, so: the
+    leader there with another start time means the number was reused (not ours); the leader there
+    (even a zombie) with our start time, or gone but members that started after it, means ours."""
+    leader = start_time(pgid, proc_root)
+    if leader is not None and leader != start:
+        return False, f"process group {pgid}: pid {pgid} now belongs to a process started later (reused)"
+    members = [s for _, s in group_members(pgid, proc_root) if s >= start]
+    return bool(members), ""
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to every process of group ``pgid`` (0: only ask whether any, zombies included, has
+    that group id); False when none has. The caller proves first that the group is the one it means."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 IO_FIELDS = ("rchar", "wchar", "read_bytes", "write_bytes")

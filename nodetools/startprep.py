@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodetools.pagecache import drop, evict, warm
-from nodetools.preflight import check
+from nodetools.node_checks import check
 from nodetools.proc import write_json_atomic
-from nodetools.reap import reap
+from nodetools.reaper import reap
+from nodetools.residency import drop, evict, warm
 from nodetools.startstate import bytecode_state, cache_state
 from nodetools.vllm_cli import subcommand_reasons
 

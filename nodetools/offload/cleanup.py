@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodetools.coldstart import cleanup
+from nodetools.engine_cleanup import cleanup
 from nodetools.lease import default_lease_dir, default_trial
 from nodetools.offload.layout import copy_dir
 from nodetools.offload.leftovers import gib

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from nodetools.loadgen.workload import with_chat_template
+from nodetools.node_checks import check as node_check
+from nodetools.node_checks import module_reasons
 from nodetools.offload.layout import split_gpus
 from nodetools.offload.leftovers import GIB, gib, leftover_containers
-from nodetools.preflight import check as node_check
-from nodetools.preflight import module_reasons
 
 __all__ = ["Need", "preflight", "preflight_node"]
 

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from nodetools import exitcodes
-from nodetools.coldstart import Timer
 from nodetools.lease import Claim, PortBusy, claim, default_trial
 from nodetools.loadgen.multiturn import MultiTurnLoad
 from nodetools.loadgen.quality import QualityCheck
@@ -35,6 +34,7 @@ from nodetools.loadgen.workload import QualitySpec, Workload, known_fields
 from nodetools.model_shapes import engine_model_dir, read_kv_bytes_per_token
 from nodetools.offload.layout import copy_dir
 from nodetools.proc import group_io, interrupt_on_term, write_json_atomic
+from nodetools.timer import Timer
 
 __all__ = ["RunOptions", "quality_spec", "ready_timeout", "run_trial"]
 

@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 from nodetools import exitcodes
-from nodetools.coldstart import add_claim_options
 from nodetools.gpu import gpu_list
-from nodetools.lease import PortBusy, claim, default_trial
+from nodetools.lease import PortBusy, add_claim_options, claim, default_trial
 from nodetools.proc import interrupt_on_term, write_json_atomic
 from nodetools.snapshot.criu_mode import CriuRun
 from nodetools.snapshot.criu_node import DEFAULT_FLAGS, NETWORK_LOCKS

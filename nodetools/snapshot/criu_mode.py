@@ -35,7 +35,15 @@ from typing import Any
 
 from nodetools import exitcodes
 from nodetools.gpu import memory_used_mib
-from nodetools.proc import become_subreaper, port_open, reap_adopted_zombies, run_captured, state, wait_gone
+from nodetools.proc import (
+    become_subreaper,
+    port_open,
+    reap_adopted_zombies,
+    run_captured,
+    signal_group,
+    state,
+    wait_gone,
+)
 from nodetools.snapshot import cuda_tool, images
 from nodetools.snapshot.criu_node import choose_network_lock, flag_problems, remove_leftover_locks
 from nodetools.snapshot.engine_run import EngineRun
@@ -69,8 +77,7 @@ class _LazyPages:
     def finish(self, timeout_s: float) -> int | None:
         """Wait for the daemon to end; stop it after ``timeout_s``. Its exit code (None: stopped)."""
         if not wait_gone(lambda: self.ended_at is None, timeout_s, 0.05):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            signal_group(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
             return None
         return self.proc.returncode
@@ -164,8 +171,7 @@ class CriuRun(EngineRun):
             letter = state(self.pid)
             self.out["after_failed_dump"] = {"T": "frozen", "": "gone", "Z": "gone"}.get(letter, "running")
             if letter == "T":  # never leave it half-frozen
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.pid, signal.SIGCONT)
+                signal_group(self.pid, signal.SIGCONT)
             self.out["error"] = f"criu dump failed with rc {dump.returncode} (see dump.log)"
             return exitcodes.DIED
         self.dumped = True
@@ -188,16 +194,11 @@ class CriuRun(EngineRun):
         reaped here; others wait for their parent."""
         def left() -> bool:
             reap_adopted_zombies(self.pid)
-            try:
-                os.killpg(self.pid, 0)
-            except ProcessLookupError:
-                return False
-            return True
+            return signal_group(self.pid, 0)
         wait_gone(left, 30)
 
     def _stop_restored(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)  # the image is the state to come back to: nothing to save
+        signal_group(self.pid, signal.SIGKILL)  # the image is the state to come back to: nothing to save
         self._wait_group_gone()
 
     def _restore(self, cache: str) -> int:

@@ -1,5 +1,5 @@
 """What every snapshot mode does with its engine: start it and time it to its first token (the cold-start
-timer's ``Timer``), ask it for answers, wait for the first token after a restore, stop it.
+timer, :class:`nodetools.timer.Timer`), ask it for answers, wait for the first token after a restore, stop it.
 
 Stdlib only: this runs on the node.
 """
@@ -12,8 +12,9 @@ import time
 from typing import Any
 
 from nodetools import exitcodes
-from nodetools.coldstart import Timer, first_token, post
+from nodetools.http_probe import first_token, post
 from nodetools.proc import stop_group
+from nodetools.timer import Timer
 
 __all__ = ["ANSWER_TOKENS", "EngineRun"]
 

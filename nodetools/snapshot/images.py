@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nodetools.pagecache import drop, resident_fraction, warm
+from nodetools.residency import drop, resident_fraction, warm
 
 __all__ = ["CACHE_STATES", "RAM_FILESYSTEMS", "empty", "filesystem", "set_cache", "size_bytes"]
 

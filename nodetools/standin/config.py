@@ -9,7 +9,6 @@ lists them; ``python -m nodetools.standin knobs`` prints the same table from thi
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,8 +60,9 @@ class Knobs:
                                  "(plus the real read of the artefact).")
     compile_artifact_kib: int = _knob(256, "Size of the compiled-graph artefact written to the cache, KiB.")
     profile_s: float = _knob(0.2, "Seconds of the initial profiling run.")
-    jit_dir: str = _knob("", "Kernel-JIT cache directory (default `$XDG_CACHE_HOME/flashinfer/standin_jit`, "
-                         "i.e. outside VLLM_CACHE_ROOT, like FlashInfer's and Triton's caches).")
+    jit_dir: str = _knob("", "Kernel-JIT cache directory (default `jit/` in the stand-in's own cache root, "
+                         "`$XDG_CACHE_HOME/nodetools-standin`: outside VLLM_CACHE_ROOT, like FlashInfer's "
+                         "and Triton's caches, and never a real engine's).")
     jit_miss_s: float = _knob(2.0, "Seconds of kernel JIT warmup when the JIT cache is empty.")
     jit_hit_s: float = _knob(0.1, "Seconds of kernel JIT warmup when the JIT cache is warm.")
     graph_capture_s: float = _knob(1.0, "Seconds of CUDA-graph capture (skipped by --enforce-eager).")
@@ -115,12 +115,6 @@ class Knobs:
     log_style: str = _knob("0.24", "Log line variants: `0.24` (vLLM 0.24.0, as in the reference logs) or "
                            "`legacy` (older wording: `Starting vLLM API server 0 on`, `GiB memory`, "
                            "`EngineCore_DP0`, `init engine ... took X seconds`).")
-
-    def resolved_jit_dir(self) -> Path:
-        if self.jit_dir:
-            return Path(self.jit_dir).expanduser()
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        return Path(base) / "flashinfer" / "standin_jit"
 
     def non_default(self) -> dict[str, Any]:
         """The knobs that differ from their defaults, for the startup log."""

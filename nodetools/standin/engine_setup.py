@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nodetools.standin.caches import compile_cache_key
 from nodetools.standin.config import STANDIN_VERSION, ServeConfig
 from nodetools.standin.engine import Engine, EngineParams, MemoryFigures
 from nodetools.standin.kvcache import FsTier, HostTier, KvCacheManager
-from nodetools.standin.startup import StartupResult, compile_cache_key, run_engine_startup, spawn_engine_core
+from nodetools.standin.startup import StartupResult, run_engine_startup, spawn_engine_core
 from nodetools.standin.stats import EngineStats
 from nodetools.standin.tokenizer import TokenizerChoice
 from nodetools.standin.vllm_log import ProcLogger

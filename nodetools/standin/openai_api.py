@@ -11,7 +11,7 @@ from aiohttp import web
 
 from nodetools.standin.access_log import remember_peer
 from nodetools.standin.config import ServeConfig
-from nodetools.standin.engine import Engine, EngineRequest
+from nodetools.standin.engine import Engine
 from nodetools.standin.protocol import (
     ApiError,
     GenRequest,
@@ -23,6 +23,7 @@ from nodetools.standin.protocol import (
     parse_completion,
     usage,
 )
+from nodetools.standin.request import EngineRequest
 from nodetools.standin.responses import error_response, json_response
 from nodetools.standin.streaming import stream_events
 from nodetools.standin.tokenizer import TokenizerInfo

@@ -5,8 +5,9 @@ Weights load really reads the model's files with plain buffered reads (``O_DIREC
 dropped page cache makes it slower for real. The compile phase really looks for, reads and
 writes an artefact under ``$VLLM_CACHE_ROOT/torch_compile_cache/<hash>/rank_<r>_0/backbone``,
 keyed by a hash of the model and the arguments that change vLLM's compile hash; a kernel-JIT
-phase does the same in a cache outside ``VLLM_CACHE_ROOT``. The other phases wait for their
-knob's seconds.
+phase does the same in a cache outside ``VLLM_CACHE_ROOT``. Both caches are the stand-in's own
+unless told otherwise (:mod:`nodetools.standin.caches`), never a real engine's. The other phases
+wait for their knob's seconds.
 
 vLLM starts as two processes: the API server, whose lines come first, spawns the EngineCore,
 whose first line comes after its own imports. :func:`spawn_engine_core` gives the stand-in the
@@ -18,7 +19,6 @@ imports) before the caller logs the EngineCore's first line.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import mmap
 import os
@@ -29,18 +29,25 @@ from pathlib import Path
 from typing import Any
 
 from nodetools.node_state import read_meminfo
-from nodetools.standin.config import STANDIN_VERSION, ServeConfig
+from nodetools.standin.caches import (
+    compile_cache_key,
+    jit_dir,
+    jit_key,
+    load_artifact,
+    save_artifact,
+    vllm_cache_root,
+    write_atomic,
+)
+from nodetools.standin.config import ServeConfig
 from nodetools.standin.engine_core import EngineCoreProcess, start_engine_core_process
 from nodetools.standin.vllm_log import STYLES, ProcLogger
 
 __all__ = [
     "StartupError",
     "StartupResult",
-    "compile_cache_key",
     "resolve_max_model_len",
     "run_engine_startup",
     "spawn_engine_core",
-    "vllm_cache_root",
     "weight_files",
 ]
 
@@ -69,14 +76,6 @@ async def spawn_engine_core(cfg: ServeConfig) -> EngineCoreProcess:
     core = start_engine_core_process()
     await asyncio.sleep(cfg.knobs.process_start_s)
     return core
-
-
-def vllm_cache_root(environ: dict[str, str] | os._Environ[str]) -> Path:
-    root = environ.get("VLLM_CACHE_ROOT")
-    if root:
-        return Path(root).expanduser()
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "vllm"
 
 
 def weight_files(model: Path, weights_file: str) -> list[Path]:
@@ -156,50 +155,6 @@ def _fs_type(path: Path) -> str:
 
 def _available_ram_gib() -> float:
     return read_meminfo().get("mem_available_bytes", 0) / GIB
-
-
-def compile_cache_key(cfg: ServeConfig, max_model_len: int) -> str:
-    """Hash of what changes vLLM's compile hash here (model, shapes, sleep mode, connector, ...)."""
-    cc = {k: v for k, v in cfg.compilation_config.items() if k != "cache_dir"}
-    factors = {
-        "model": str(cfg.model_path.resolve()), "dtype": cfg.dtype, "tp": cfg.tensor_parallel_size,
-        "max_model_len": max_model_len, "max_num_batched_tokens": cfg.max_num_batched_tokens,
-        "sleep": cfg.enable_sleep_mode, "connector": cfg.offload.connector, "compilation_config": cc,
-        "standin": STANDIN_VERSION,
-    }
-    return hashlib.sha256(json.dumps(factors, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _artifact_bytes(key: str, size: int) -> bytes:
-    seed = hashlib.sha256(key.encode()).digest()
-    return (seed * (size // len(seed) + 1))[:size]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    # Rename makes concurrent starts sharing one cache safe (the race vLLM hit, vllm#24601).
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def _load_artifact(rank_dir: Path, key: str, size: int) -> bool:
-    manifest, graph = rank_dir / "standin_manifest.json", rank_dir / "standin_graph.bin"
-    try:
-        meta = json.loads(manifest.read_text())
-        data = graph.read_bytes()
-    except (OSError, ValueError):
-        return False
-    return (isinstance(meta, dict) and meta.get("key") == key
-            and meta.get("sha256") == hashlib.sha256(data).hexdigest() and len(data) == size)
-
-
-def _save_artifact(rank_dir: Path, key: str, size: int) -> None:
-    data = _artifact_bytes(key, size)
-    _write_atomic(rank_dir / "standin_graph.bin", data)
-    meta = {"key": key, "sha256": hashlib.sha256(data).hexdigest(), "engine": "stand-in",
-            "version": STANDIN_VERSION}
-    _write_atomic(rank_dir / "standin_manifest.json", json.dumps(meta).encode())
 
 
 class _Phases:
@@ -282,7 +237,7 @@ class _Phases:
         else:
             for w, d in zip(self.workers, rank_dirs, strict=True):
                 w.info("Using cache directory: %s for vLLM's torch.compile", d)
-            hits = await asyncio.to_thread(lambda: [_load_artifact(d, full_key, size) for d in rank_dirs])
+            hits = await asyncio.to_thread(lambda: [load_artifact(d, full_key, size) for d in rank_dirs])
             if all(hits):
                 await asyncio.sleep(k.compile_hit_s)
                 took = time.monotonic() - start
@@ -303,7 +258,7 @@ class _Phases:
         await asyncio.sleep(k.compile_miss_s / 3)
         if not disabled:
             try:
-                await asyncio.to_thread(lambda: [_save_artifact(d, full_key, size) for d in rank_dirs])
+                await asyncio.to_thread(lambda: [save_artifact(d, full_key, size) for d in rank_dirs])
             except OSError as exc:
                 self.log.warning("[stand-in] could not write the compile cache under %s: %s", base, exc)
         self.each("info", "Compiling a graph for compile range %s takes %.2f s", compile_range,
@@ -316,17 +271,15 @@ class _Phases:
         return False, took
 
     async def jit_warmup(self) -> None:
-        cfg, k = self.cfg, self.k
-        factors = [cfg.dtype, cfg.block_size, cfg.tensor_parallel_size, cfg.max_num_batched_tokens,
-                   STANDIN_VERSION]
-        key = hashlib.sha256(json.dumps(factors).encode()).hexdigest()[:16]
-        marker = k.resolved_jit_dir() / f"{key}.json"
+        k = self.k
+        key = jit_key(self.cfg)
+        marker = jit_dir(k, self.environ) / f"{key}.json"
         hit = marker.is_file()
         start = time.monotonic()
         await asyncio.sleep(k.jit_hit_s if hit else k.jit_miss_s)
         if not hit:
             try:
-                _write_atomic(marker, json.dumps({"engine": "stand-in", "key": key}).encode())
+                write_atomic(marker, json.dumps({"engine": "stand-in", "key": key}).encode())
             except OSError as exc:
                 self.log.warning("[stand-in] could not write the kernel-JIT cache %s: %s", marker, exc)
         self.log.info("[stand-in] kernel JIT warmup: cache %s in %s, took %.2f s",

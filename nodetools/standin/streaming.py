@@ -8,8 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
-from nodetools.standin.engine import EngineRequest
 from nodetools.standin.protocol import ChunkTemplate, GenRequest, chat_chunk, completion_chunk, usage_chunk
+from nodetools.standin.request import EngineRequest
 from nodetools.standin.responses import dumps
 
 __all__ = ["stream_events"]

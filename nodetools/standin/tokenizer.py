@@ -136,8 +136,8 @@ class _JinjaTemplate:
     """A chat template compiled once, rendered as transformers renders it."""
 
     def __init__(self, source: str, special: dict[str, str]) -> None:
-        import jinja2.ext
-        import jinja2.sandbox
+        import jinja2.ext  # noqa: PLC0415 - jinja2 is optional on the node: without it chat prompts are ChatML
+        import jinja2.sandbox  # noqa: PLC0415 - the same
 
         def raise_exception(message: str) -> None:
             raise jinja2.exceptions.TemplateError(message)
@@ -173,7 +173,7 @@ class HfTokenizer:
         # Batch calls run on the calling thread, not on a rayon pool whose spinning workers would take CPU
         # from the event loop (and from a load generator on the same machine) after every request.
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # noqa: PLC0415 - optional: without it the stand-in counts regex pieces
 
         tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
         # transformers calls the fast tokenizer without padding or truncation unless asked to.
@@ -290,7 +290,8 @@ def make_tokenizer_files(folder: Path, vocab_size: int = DEFAULT_TOKENIZER_VOCAB
 
     ImportError when ``tokenizers`` (or numpy, which the model maker uses) is missing.
     """
-    from nodetools.model_maker import write_tokenizer
+    # The trainer needs numpy, which the stand-in's runtime does not: imported only to make the files.
+    from nodetools.model_tokenizer import write_tokenizer  # noqa: PLC0415
 
     tmp = folder / f".standin-tokenizer-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -321,7 +322,7 @@ def load_tokenizer(model: Path, mode: str = "auto", regex_vocab_size: int = 151_
     if mode == "regex":
         return _regex(regex_vocab_size, "forced by --standin-tokenizer regex", log)
     try:
-        import tokenizers
+        import tokenizers  # noqa: PLC0415 - optional: without it the stand-in counts regex word pieces
     except ImportError as exc:
         return _regex(regex_vocab_size, f"the Python package tokenizers is not importable: {exc}", log)
     if not model.is_dir():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nodetools import gpu
-from nodetools.preflight import check
+from nodetools.node_checks import check
 
 SMI = """#!/bin/sh
 case "$1" in

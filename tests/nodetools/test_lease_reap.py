@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from nodetools import exitcodes
-from nodetools.coldstart import cleanup
+from nodetools.engine_cleanup import cleanup
 from nodetools.lease import PortBusy, PortLock, claim
 from nodetools.proc import group_members, is_running, start_time
 from tests.nodetools.conftest import REPO, free_port

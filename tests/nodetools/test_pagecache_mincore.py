@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodetools import pagecache, startprep
+from nodetools import pagecache, residency, startprep
 
 
 def evict(path: Path) -> None:
@@ -25,15 +25,15 @@ def test_mincore_agrees_with_fincore_and_is_the_fallback(tmp_path: Path, monkeyp
     path = tmp_path / "weights.bin"
     path.write_bytes(os.urandom(16 << 20))
     evict(path)
-    cold = pagecache._resident_fraction_mincore([path])
+    cold = residency._resident_fraction_mincore([path])
     assert cold is not None and cold < 0.5
-    pagecache.warm([str(path)])
-    assert pagecache._resident_fraction_mincore([path]) == 1.0
+    residency.warm([str(path)])
+    assert residency._resident_fraction_mincore([path]) == 1.0
     if shutil.which("fincore"):
-        assert pagecache.resident_fraction([str(path)]) == 1.0
-    monkeypatch.setattr(pagecache.shutil, "which", lambda name: None)  # a node without fincore
+        assert residency.resident_fraction([str(path)]) == 1.0
+    monkeypatch.setattr(residency.shutil, "which", lambda name: None)  # a node without fincore
     evict(path)
-    assert pagecache.resident_fraction([str(tmp_path)]) == pagecache._resident_fraction_mincore([path]) < 0.5
+    assert residency.resident_fraction([str(tmp_path)]) == residency._resident_fraction_mincore([path]) < 0.5
 
 
 def test_evict_drops_only_the_named_files_and_says_what_it_achieved(tmp_path: Path) -> None:
@@ -42,13 +42,13 @@ def test_evict_drops_only_the_named_files_and_says_what_it_achieved(tmp_path: Pa
     for i in range(3):
         (model / f"shard-{i}.safetensors").write_bytes(os.urandom(4 << 20))
     other.write_bytes(os.urandom(4 << 20))
-    pagecache.warm([str(model), str(other)])
-    assert pagecache.resident_fraction([str(model)]) == 1.0
-    result = pagecache.evict([str(model)])
+    residency.warm([str(model), str(other)])
+    assert residency.resident_fraction([str(model)]) == 1.0
+    result = residency.evict([str(model)])
     assert result["method"] == "files" and result["files"] == 3 and result["bytes"] == 3 * (4 << 20)
     assert isinstance(result["resident_after"], float) and result["resident_after"] < 0.1
-    assert pagecache.resident_fraction([str(model)]) == result["resident_after"]
-    assert pagecache.resident_fraction([str(other)]) == 1.0  # the rest of the machine's cache is untouched
+    assert residency.resident_fraction([str(model)]) == result["resident_after"]
+    assert residency.resident_fraction([str(other)]) == 1.0  # the rest of the machine's cache is untouched
 
 
 def test_evict_from_the_command_line_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from nodetools import exitcodes
-from nodetools.coldstart import Timer
+from nodetools.timer import Timer
 from tests.support.mock_vllm import mock_vllm_site
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodetools.lease import Lease
-from nodetools.reap import reap, restore_settings
+from nodetools.reaper import reap, restore_settings
 from nodetools.snapshot.io_uring import IoUringOff
 
 
