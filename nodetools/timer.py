@@ -102,6 +102,7 @@ class Timer:
         self.t0 = clock["wall"]
         self.out["started_at"] = self.t0
         self.out["clock"] = clock
+        self.out["argv"] = [str(a) for a in self.launch["argv"]]  # what ran: --plan showed the same (launch.argv)
         self.proc = self._spawn(self.launch["argv"], self.log, fds)
         self._record(self.proc, "engine.pgid", f"engine on port {self.port}", str(self.launch.get("container") or ""))
         self.watch = GroupWatcher(self.proc.pid, clock)

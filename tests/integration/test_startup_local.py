@@ -148,13 +148,15 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
     assert not list((results / "trials").glob("*/ansible/turn")) or all(
         t.read_text().strip() == "go" for t in (results / "trials").glob("*/ansible/turn"))
     # What --plan showed is what the node ran: each trial's planned engine command (plan.json) is the
-    # one in the launch file its program wrote and executed.
+    # one in the launch file its program wrote, and the one the timer recorded as it started it.
     planned = {t["id"]: t["launch"] for t in json.loads((results / "plan.json").read_text())["trials"]}
     for rec in records[:-1]:
         if rec["status"] != "ok":
             continue
-        ran = json.loads((results / "trials" / rec["id"] / "raw" / "localhost" / "launch.json").read_text())
-        assert ran["argv"] == planned[rec["id"]]["argv"] == rec["launch"]["argv"], rec["id"]
+        raw = results / "trials" / rec["id"] / "raw" / "localhost"
+        ran = json.loads((raw / "launch.json").read_text())
+        timed = json.loads((raw / "timings.json").read_text())
+        assert timed["argv"] == ran["argv"] == planned[rec["id"]]["argv"] == rec["launch"]["argv"], rec["id"]
         assert ran["env"] == planned[rec["id"]]["env"], rec["id"]
 
 

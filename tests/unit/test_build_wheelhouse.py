@@ -150,9 +150,8 @@ def test_it_prints_the_folder_the_role_looks_in_by_the_roles_own_formula(tmp_pat
     loader = DataLoader()
     role_vars = {k: trust_as_template(v) if isinstance(v, str) else v
                  for k, v in loader.load_from_file(str(role / "vars" / "main.yml")).items()}
-    variables = {**role_vars,
-                 "vllm_images_controller_wheelhouse_dir": "/srv/wh", "vllm_images_pip_requirements": ["whtest-app==1.0"],
-                 "vllm_images_pip_no_deps": False,
+    variables = {**role_vars, "vllm_images_controller_wheelhouse_dir": "/srv/wh",
+                 "vllm_images_pip_requirements": ["whtest-app==1.0"], "vllm_images_pip_no_deps": False,
                  "__vllm_images_node_python": {"stdout": (tmp_path / "node.json").read_text()}}
     rendered = Templar(loader=loader, variables=variables).template(variables["__vllm_images_local"])
     assert printed == str(rendered).strip()

@@ -275,7 +275,8 @@ def build(args: argparse.Namespace) -> str:
 
 def role_folder(role_dir: str, node: dict, requirements: list[str], no_deps: bool) -> str:
     """The folder the vllm_images role reads (its vars/main.yml ``__vllm_images_local``, same formula)."""
-    key = hashlib.sha1(",".join([*requirements, str(no_deps)]).encode()).hexdigest()[:12]  # noqa: S324 - a name
+    # sha1 as the role's Jinja hash('sha1'): it names a folder, it guards nothing.
+    key = hashlib.sha1(",".join([*requirements, str(no_deps)]).encode()).hexdigest()[:12]
     return f"{role_dir.rstrip('/')}/cp{str(node['python']).replace('.', '')}-{node['platform']}-{key}"
 
 
@@ -294,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         print(build(args))
-        print(f"role looks in: {role_folder(args.role_dir, load_node(Path(args.node)), args.requirements, args.no_deps)}")
+        node = load_node(Path(args.node))
+        print(f"role looks in: {role_folder(args.role_dir, node, args.requirements, args.no_deps)}")
     except WheelhouseError as exc:
         print(f"build_wheelhouse: {exc}", file=sys.stderr)
         return 2
