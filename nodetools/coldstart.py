@@ -92,6 +92,8 @@ def _prepare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="")
     p.add_argument("--engine-python", default="", help="the Python that runs the engine (for its bytecode)")
     p.add_argument("--bytecode-packages", default="", help="comma-separated packages whose .pyc to count")
+    p.add_argument("--compile-bytecode", action="store_true",
+                   help="compile what the engine imports into its PYTHONPYCACHEPREFIX first (once: nodetools.pycache)")
     before = p.add_argument_group("before the state (each skipped unless given)")
     before.add_argument("--reap-leases", type=Path, default=None,
                         help="first stop what the stale leases in this folder name (an earlier, killed attempt)")
@@ -129,7 +131,8 @@ def _prepared(args: argparse.Namespace) -> tuple[dict[str, Any] | None, int]:
         if reasons:  # a skip changes nothing more: the node stays as the last trial left it
             return {"reasons": reasons, "changed": changed, "steps_s": steps}, exitcodes.OK
         more, before = prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model, args.empty_cache,
-                               args.engine_python, packages, drop_scope(args.drop_scope, args.engine_kind))
+                               args.engine_python, packages, drop_scope(args.drop_scope, args.engine_kind),
+                               args.compile_bytecode)
     except ValueError as exc:
         print(f"coldstart prepare: {exc}", file=sys.stderr)
         return None, exitcodes.BAD_INPUT

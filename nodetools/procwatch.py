@@ -8,6 +8,12 @@ seen (plus the names of members not yet identified), so a poll costs one directo
 quiet node. A member's start comes from ``/proc/PID/stat`` (clock ticks after boot) through the
 boot-time clock sampled at the start command, so it is exact to the tick however rarely the
 watcher polls; what a poll can miss is a process that lived and died between two polls.
+
+The engine's main processes (API server, EngineCore, workers) are also sampled every
+``USAGE_EVERY_S`` while they start: their CPU seconds (``/proc/PID/stat``), the bytes they read
+from storage and through read calls (``/proc/PID/io``), and, where the engine's import profile is
+taken (:mod:`nodetools.import_profile`), the size of its file: so the runner can say what a
+process's imports cost in CPU and disk, and which of them came before which log line.
 Stdlib only: this runs on the node.
 """
 
@@ -21,9 +27,12 @@ from typing import Any
 
 from nodetools.proc import PROC, stat_fields
 
-__all__ = ["MAX_MEMBERS", "GroupWatcher", "Member", "clock_sample", "role_of"]
+__all__ = ["MAX_MEMBERS", "USAGE_EVERY_S", "GroupWatcher", "Member", "clock_sample", "role_of"]
 
 MAX_MEMBERS = 200  # processes recorded one by one; more are only counted (a JIT's compilers)
+USAGE_EVERY_S = 0.5  # the main processes' CPU, reads and profile size are sampled this often
+MAX_USAGE_SAMPLES = 7200  # an hour of a start at USAGE_EVERY_S
+_SAMPLED_ROLES = ("api_server", "engine_core", "worker")
 _CMDLINE_CHARS = 200
 _COMPILERS = ("cc1", "cc1plus", "gcc", "g++", "cc", "c++", "clang", "ninja", "nvcc", "ptxas", "cicc", "ld",
               "as", "fatbinary", "nvlink")
@@ -71,11 +80,17 @@ class Member:
     cmdline: str = ""
     role: str = "other"
     gone_s: float | None = None  # the first poll that no longer saw it
+    # [seconds after the start command, CPU seconds, bytes read from storage, bytes read by calls,
+    #  bytes of its import profile (None when none is taken)], every USAGE_EVERY_S while it starts
+    usage: list[list[float | None]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "ppid": self.ppid, "start_s": self.start_s, "seen_s": round(self.seen_s, 3),
-                "gone_s": None if self.gone_s is None else round(self.gone_s, 3), "name": self.name,
-                "cmdline": self.cmdline, "role": self.role}
+        out = {"pid": self.pid, "ppid": self.ppid, "start_s": self.start_s, "seen_s": round(self.seen_s, 3),
+               "gone_s": None if self.gone_s is None else round(self.gone_s, 3), "name": self.name,
+               "cmdline": self.cmdline, "role": self.role}
+        if self.usage:
+            out["usage"] = self.usage
+        return out
 
 
 @dataclass
@@ -87,10 +102,12 @@ class GroupWatcher:
     pgid: int
     clock: dict[str, Any]
     proc_root: Path = PROC
+    profile_dir: Path | None = None  # where the engine's per-process import profiles grow, if taken
     members: dict[int, Member] = field(default_factory=dict)
     dropped: int = 0  # members beyond MAX_MEMBERS, counted only
     _foreign: set[int] = field(default_factory=set)
     _counted: set[int] = field(default_factory=set)
+    _sampled_at: float = -USAGE_EVERY_S
 
     def _now(self) -> float:
         return time.monotonic() - float(self.clock["monotonic"])
@@ -112,6 +129,31 @@ class GroupWatcher:
         member.name = self._read("comm", member.pid) or member.name
         member.cmdline = (self._read("cmdline", member.pid) or member.cmdline)[:_CMDLINE_CHARS]
         member.role = role_of(member.name, member.cmdline, member.pid == self.pgid)
+
+    def _usage(self, member: Member, now: float) -> None:
+        fields = stat_fields(member.pid, self.proc_root)
+        try:
+            cpu = (int(fields[11]) + int(fields[12])) / float(self.clock.get("clk_tck") or 100)  # type: ignore[index]
+        except (TypeError, IndexError, ValueError):
+            return  # gone
+        io = dict(line.split(":", 1) for line in self._read("io", member.pid).splitlines() if ":" in line)
+        size: float | None = None
+        if self.profile_dir is not None:
+            try:
+                size = (self.profile_dir / f"stderr-{member.pid}.txt").stat().st_size
+            except OSError:
+                size = 0
+        member.usage.append([round(now, 3), round(cpu, 2), _int(io.get("read_bytes")), _int(io.get("rchar")), size])
+
+    def sample(self, now: float | None = None) -> None:
+        """The main processes' CPU, reads and profile size, at most every USAGE_EVERY_S."""
+        now = self._now() if now is None else now
+        if now - self._sampled_at < USAGE_EVERY_S:
+            return
+        self._sampled_at = now
+        for member in self.members.values():
+            if member.gone_s is None and member.role in _SAMPLED_ROLES and len(member.usage) < MAX_USAGE_SAMPLES:
+                self._usage(member, now)
 
     def poll(self) -> None:
         now = self._now()
@@ -140,6 +182,17 @@ class GroupWatcher:
                 member = Member(pid, ppid, ticks, self._start_s(ticks), now)
                 self._name(member)
                 self.members[pid] = member
+        self.sample(now)
+
+    def roles(self) -> dict[int, str]:
+        return {pid: member.role for pid, member in self.members.items()}
 
     def records(self) -> list[dict[str, Any]]:
         return [m.as_dict() for m in sorted(self.members.values(), key=lambda m: (m.start_ticks, m.pid))]
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        return None

@@ -29,15 +29,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_CACHE_FILES", "MAX_PYC_CHECKS", "bytecode_state", "cache_state", "pyc_fraction"]
+__all__ = ["MAX_CACHE_FILES", "MAX_PYC_CHECKS", "bytecode_state", "cache_state", "locate", "pyc_fraction", "pyc_path"]
 
 MAX_PYC_CHECKS = 400  # .pyc headers read per package at most (an even spread past that)
 
 MAX_CACHE_FILES = 1_000_000  # files counted per cache folder before the count stops (it says so)
 
 _LOCATE = """\
-import importlib.util, json, sys
-out = {"cache_tag": sys.implementation.cache_tag, "magic": importlib.util.MAGIC_NUMBER.hex(), "packages": {}}
+import importlib.util, json, sys, sysconfig
+out = {"cache_tag": sys.implementation.cache_tag, "magic": importlib.util.MAGIC_NUMBER.hex(), "packages": {},
+       "pycache_prefix": sys.pycache_prefix or "", "stdlib": sysconfig.get_paths()["stdlib"]}
 for name in sys.argv[1:]:
     try:
         spec = importlib.util.find_spec(name)
@@ -111,8 +112,32 @@ def _pyc_current(source: Path, pyc: Path, magic: bytes, check_hash: bool) -> boo
         return False
 
 
-def pyc_fraction(place: Path, cache_tag: str, magic: bytes) -> dict[str, Any]:
-    """Modules under ``place`` (a package folder or one module) and how many have a current .pyc."""
+def pyc_path(source: Path, cache_tag: str, prefix: str = "") -> Path:
+    """Where the engine's interpreter looks for ``source``'s bytecode: ``__pycache__`` beside it, or,
+    with ``PYTHONPYCACHEPREFIX``, the source's absolute folder mirrored under the prefix."""
+    name = f"{source.stem}.{cache_tag}.pyc"
+    if prefix:
+        # As CPython's cache_from_source: the absolute folder as found, no symlink resolved.
+        return Path(prefix) / str(source.parent.absolute()).lstrip(os.sep) / name
+    return source.parent / "__pycache__" / name
+
+
+def _why_not(source: Path, pyc: Path) -> str:
+    """Why a module has no usable .pyc: ``stale`` (one there, for another source), ``other_interpreter``
+    (only another Python's), ``no_pycache_dir`` (its folder never got one), else ``missing``."""
+    if pyc.exists():
+        return "stale"
+    folder = pyc.parent
+    if not folder.is_dir():
+        return "no_pycache_dir"
+    if any(folder.glob(f"{source.stem}.*.pyc")):
+        return "other_interpreter"
+    return "missing"
+
+
+def pyc_fraction(place: Path, cache_tag: str, magic: bytes, prefix: str = "") -> dict[str, Any]:
+    """Modules under ``place`` (a package folder or one module), how many have a current .pyc, and
+    why the others have none (``reasons``, counted like ``current``: scaled up when sampled)."""
     check_hash = magic == importlib.util.MAGIC_NUMBER  # this interpreter's source hash is the engine's
     sources: list[Path] = []
     if place.is_file():
@@ -124,20 +149,26 @@ def pyc_fraction(place: Path, cache_tag: str, magic: bytes) -> dict[str, Any]:
     sources.sort()
     every = -(-len(sources) // MAX_PYC_CHECKS) or 1  # ceil: at most MAX_PYC_CHECKS headers read
     checked = sources[::every]
-    current = sum(_pyc_current(src, src.parent / "__pycache__" / f"{src.stem}.{cache_tag}.pyc", magic, check_hash)
-                  for src in checked)
+    reasons: dict[str, int] = {}
+    for src in checked:
+        pyc = pyc_path(src, cache_tag, prefix)
+        if not _pyc_current(src, pyc, magic, check_hash):
+            why = _why_not(src, pyc)
+            reasons[why] = reasons.get(why, 0) + 1
+    current = len(checked) - sum(reasons.values())
     fraction = current / len(checked) if checked else None
     folder = place if place.is_dir() else place.parent
     # "current" counts the package's modules: the checked ones' share of them when sampled.
     return {"path": str(place), "modules": len(sources), "checked": len(checked), "every": every,
             "current": current if every == 1 else round(fraction * len(sources)),
             "fraction": round(fraction, 4) if fraction is not None else None,
-            "writable": os.access(folder, os.W_OK)}
+            "reasons": {k: v * every if every > 1 else v for k, v in sorted(reasons.items())},
+            "writable": os.access(Path(prefix) if prefix else folder, os.W_OK)}
 
 
-def bytecode_state(python: str, env: Mapping[str, str], packages: list[str], timeout_s: float = 60) -> dict[str, Any]:
-    """Warm ``.pyc`` fractions of ``packages`` as the engine's ``python`` (with ``env``) imports them."""
-    started = time.monotonic()
+def locate(python: str, env: Mapping[str, str], packages: list[str], timeout_s: float = 60) -> dict[str, Any]:
+    """Where the engine's ``python`` (with ``env``) finds ``packages``, its stdlib, cache tag, magic
+    number and pycache prefix; ``{"error": ...}`` when it cannot run."""
     try:
         done = subprocess.run([python, "-c", _LOCATE, *packages], env={**os.environ, **env}, capture_output=True,
                               text=True, timeout=timeout_s, check=False)
@@ -147,12 +178,25 @@ def bytecode_state(python: str, env: Mapping[str, str], packages: list[str], tim
     if located is None:
         tail = done.stderr.strip().splitlines()[-1:] or [f"rc {done.returncode}"]
         return {"error": f"{python} could not locate the packages: {tail[0]}"}
+    return located
+
+
+def bytecode_state(python: str, env: Mapping[str, str], packages: list[str], timeout_s: float = 60) -> dict[str, Any]:
+    """Warm ``.pyc`` fractions of ``packages`` as the engine's ``python`` (with ``env``) imports them
+    (under its ``PYTHONPYCACHEPREFIX`` when it has one)."""
+    started = time.monotonic()
+    located = locate(python, env, packages, timeout_s)
+    if "error" in located:
+        return located
     magic = bytes.fromhex(located["magic"])
+    prefix = str(located.get("pycache_prefix") or "")
     out: dict[str, Any] = {"python": python, "cache_tag": located["cache_tag"], "order": list(packages),
                            "packages": {}}
+    if prefix:
+        out["pycache_prefix"] = prefix
     for name in packages:
         place = located["packages"].get(name) or ""
-        out["packages"][name] = (pyc_fraction(Path(place), located["cache_tag"], magic) if place
+        out["packages"][name] = (pyc_fraction(Path(place), located["cache_tag"], magic, prefix) if place
                                  else {"error": f"{name} is not importable by {python}"})
     out["seconds"] = round(time.monotonic() - started, 3)
     return out

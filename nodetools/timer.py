@@ -6,7 +6,9 @@ go to ``engine.pgid`` beside the log and into the tool's lease, so a cleanup or 
 can stop it even if the tool is killed. While it waits for the first token, each poll also looks at
 what the node shows of the start (:mod:`nodetools.procwatch`). ``out`` is the record the tool
 writes (``timings.json``): ``events`` in seconds after the start command, ``clock``, ``processes``,
-and what the stop left on the node. Stdlib only: this runs on the node.
+and what the stop left on the node. A launch with ``import_profile`` gets Python's import profile of
+every engine process (:mod:`nodetools.import_profile`: ``importtime.txt`` beside the log after the
+stop; ``import_profile`` in the record). Stdlib only: this runs on the node.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from nodetools import exitcodes
 from nodetools.gpu import memory_used_mib
 from nodetools.http_probe import first_token, post
+from nodetools.import_profile import PROFILE_FILE, gather, profile_env, start_file
 from nodetools.lease import Claim
 from nodetools.node_state import node_state
 from nodetools.proc import launch_env, port_open, start_time, stop_child_group
@@ -51,6 +54,8 @@ class Timer:
         self.t0 = 0.0
         self.watch: GroupWatcher | None = None
         self._log_size_at_start = 0
+        # Where each engine process's import profile grows while it runs (a launch that asks for it).
+        self.profile_dir = log.parent / "imports" if launch.get("import_profile") else None
         self.out: dict[str, Any] = {"poll_s": poll_s, "events": {}}
         self.began = time.time()  # the timer's own time before the start command is overhead too
 
@@ -59,10 +64,17 @@ class Timer:
         self.out["events"][event] = round(t, 4)
         return t
 
-    def _spawn(self, argv: list[str], log_path: Path, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+    def _spawn(self, argv: list[str], log_path: Path, pass_fds: tuple[int, ...] = (),
+               profile: bool = False) -> subprocess.Popen[bytes]:
         env = launch_env(self.launch)
-        with log_path.open("ab") as log:
-            return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        with contextlib.ExitStack() as files:
+            log = files.enter_context(log_path.open("ab"))
+            stderr: Any = subprocess.STDOUT
+            if profile and self.profile_dir is not None:  # CPython's profile lines: a file apart from the log
+                self.profile_dir.mkdir(parents=True, exist_ok=True)
+                env = profile_env(env, self.profile_dir, log_path)
+                stderr = files.enter_context(start_file(self.profile_dir).open("ab"))
+            return subprocess.Popen(argv, env=env, stdout=log, stderr=stderr, stdin=subprocess.DEVNULL,
                                     start_new_session=True, pass_fds=pass_fds)
 
     def _record(self, proc: subprocess.Popen[bytes], name: str, what: str, container: str = "") -> None:
@@ -103,9 +115,9 @@ class Timer:
         self.out["started_at"] = self.t0
         self.out["clock"] = clock
         self.out["argv"] = [str(a) for a in self.launch["argv"]]  # what ran: --plan showed the same (launch.argv)
-        self.proc = self._spawn(self.launch["argv"], self.log, fds)
+        self.proc = self._spawn(self.launch["argv"], self.log, fds, profile=True)
         self._record(self.proc, "engine.pgid", f"engine on port {self.port}", str(self.launch.get("container") or ""))
-        self.watch = GroupWatcher(self.proc.pid, clock)
+        self.watch = GroupWatcher(self.proc.pid, clock, profile_dir=self.profile_dir)
         self.watch_once()
 
     def watch_once(self) -> None:
@@ -193,6 +205,12 @@ class Timer:
         self.out["port_free_after_stop"] = not port_open(self.port)
         self.out["gpu_mem_mib_after_stop"] = memory_used_mib(self.gpus)
         self.out["node_after_stop"] = node_state()
+        if self.profile_dir is not None and self.profile_dir.is_dir():
+            roles = self.watch.roles() if self.watch is not None else {}
+            try:
+                self.out["import_profile"] = gather(self.profile_dir, roles, self.log.parent / PROFILE_FILE, self.log)
+            except OSError as exc:  # the profile is diagnostic: its loss must not fail the trial
+                self.out["import_profile"] = {"error": str(exc)}
 
     def own_steps(self) -> dict[str, float]:
         """The timer's seconds outside the measured windows (benchmarks/bench_trial_overhead.py):

@@ -30,6 +30,7 @@ from runner.experiments.node_plan import (
     node_wait_s,
     to_json,
 )
+from runner.experiments.startup_imports import IMPORT_COLUMNS, import_metrics, pyc_metrics
 from runner.markdown import markdown_table
 from runner.parse.startup_timeline import PHASE_NAMES, timeline
 from runner.parse.vllm_log import parse_log_if_any
@@ -44,6 +45,8 @@ PLAYBOOKS = "playbooks/experiments/startup"
 # empty_cache: empty the persistent cache first (the very first start begins from nothing and fills it)
 # page_cache: drop (sync; echo 3 > drop_caches) | warm (weights read first) | keep
 # standin: why the stand-in cannot rehearse the mode (the trial is skipped with that reason)
+# pycache: PYTHONPYCACHEPREFIX on the cache volume (engine.cache_root/pycache), what the engine
+#          imports compiled into it once before the start (not part of the start)
 RECIPES: dict[str, dict[str, Any]] = {
     "first_start": {"cache": "persistent", "empty_cache": True, "page_cache": "drop"},
     "disk_cold": {"cache": "persistent", "page_cache": "drop"},
@@ -60,6 +63,12 @@ RECIPES: dict[str, dict[str, Any]] = {
     "enforce_eager": {"cache": "persistent", "page_cache": "drop", "args": {"enforce-eager": True}},
     "sleep_wake": {"cache": "persistent", "page_cache": "drop", "args": {"enable-sleep-mode": True},
                    "env": {"VLLM_SERVER_DEV_MODE": "1"}, "sleep_wake": True},
+    # The import remedies, each the pair of page_cache_warm (docs/startup.md, "The imports"):
+    "bytecode_persisted": {"cache": "persistent", "page_cache": "warm", "pycache": True},
+    # The EngineCore forked from the API server keeps what it imported instead of importing it again.
+    "engine_fork": {"cache": "persistent", "page_cache": "warm", "env": {"VLLM_WORKER_MULTIPROC_METHOD": "fork"},
+                    "standin": "the stand-in's EngineCore imports next to nothing: it does not model vLLM's "
+                               "multiprocessing start method"},
 }
 
 
@@ -76,7 +85,7 @@ class StartupParams(ModeParams):
     @property
     def recipe(self) -> dict[str, Any]:
         return {"args": {}, "env": {}, "empty_cache": False, "sleep_wake": False, "preload": False,
-                "python_module": "", "standin": "", **self.RECIPE}
+                "python_module": "", "standin": "", "pycache": False, **self.RECIPE}
 
 
 def _mode_model(mode: str) -> type[StartupParams]:
@@ -86,8 +95,10 @@ def _mode_model(mode: str) -> type[StartupParams]:
 # vllm preload's health port, beside the engine's (docs/startup.md)
 PRELOAD_PORT = 8001
 # The engine's own packages whose warm .pyc share prepare counts (a process engine only).
-BYTECODE_PACKAGES = {"stand-in": ("nodetools", "aiohttp"), "vllm": ("vllm", "torch", "transformers")}
-COLLECT_FILES = ("server.log", "timings.json", "launch.json", "preload.log")
+BYTECODE_PACKAGES = {"stand-in": ("nodetools", "aiohttp"),
+                     "vllm": ("vllm", "torch", "transformers", "triton", "flashinfer")}
+COLLECT_FILES = ("server.log", "timings.json", "launch.json", "preload.log", "importtime.txt")
+PYCACHE_FOLDER = "pycache"  # under engine.cache_root: the persistent bytecode of bytecode_persisted
 
 
 def _node_plan(ctx: TrialContext) -> NodePlan:
@@ -101,10 +112,15 @@ def _node_plan(ctx: TrialContext) -> NodePlan:
                         files=COLLECT_FILES)
     fresh_cache = paths.file("fresh-cache")
     cache_root = mode_cache_root(recipe["cache"], engine, fresh_cache)
-    mode_engine = {**engine, "env": {**engine["env"], **recipe["env"]}}
-    launch = engine_launch(mode_engine, paths.container, cache_root, engine["model_cache"], recipe["args"],
+    env = {**engine["env"], **recipe["env"]}
+    if recipe["pycache"]:
+        env["PYTHONPYCACHEPREFIX"] = f"{str(engine['cache_root']).rstrip('/')}/{PYCACHE_FOLDER}"
+    launch = engine_launch({**engine, "env": env}, paths.container, cache_root, engine["model_cache"], recipe["args"],
                            paths.python)
-    spec = launch_spec(launch, engine, **({"preload_port": PRELOAD_PORT} if recipe["preload"] else {}))
+    extra: dict[str, Any] = {"preload_port": PRELOAD_PORT} if recipe["preload"] else {}
+    if runtime == "process":  # the timer takes Python's import profile of every engine process
+        extra["import_profile"] = True
+    spec = launch_spec(launch, engine, **extra)
     argv = [paths.python, "-m", "nodetools.coldstart", "trial", "--dir", paths.work_dir, "--launch-json", to_json(spec),
             "--reap-leases", paths.lease_dir, "--fresh-cache", "" if recipe["cache"] == "persistent" else fresh_cache,
             "--page-cache", recipe["page_cache"], "--drop-scope", params["drop_scope"], "--engine-kind", kind,
@@ -114,6 +130,7 @@ def _node_plan(ctx: TrialContext) -> NodePlan:
     if runtime == "process":
         argv += ["--engine-python", engine_python(engine, paths.python),
                  "--bytecode-packages", ",".join(BYTECODE_PACKAGES[kind])]
+        argv += ["--compile-bytecode"] if recipe["pycache"] else []
     if recipe["python_module"] and (runtime == "docker" or kind == "vllm"):
         argv += ["--python-module", recipe["python_module"]]
     if kind == "vllm" and runtime == "process" and engine["venv"]:
@@ -181,6 +198,8 @@ def _collect(ctx: TrialContext) -> dict[str, Any]:
     metrics: dict[str, Any] = {"first_token_s": round(first, 3)}
     metrics.update(timeline(first, log, timings))
     metrics.update(before_start(timings))
+    metrics.update(import_metrics(raw, timings, log, first))
+    metrics.update(pyc_metrics(timings.get("before_start") or {}))
     for key in ("compile_cache_hit", "init_engine_s", "kv_cache_tokens", "weights_load_s", "sleep_s", "wake_s",
                 "sleep_freed_gib"):
         if key in log:
@@ -222,8 +241,9 @@ def _diagnose(ctx: TrialContext) -> str:
 _STATE_COLUMNS = ("compile_cache_hit", "cache_state", "cache_files", "pyc_warm_fraction", "pyc_warm_fraction_all",
                   "page_cache_action", "resident_fraction_before")
 _REPORT_COLUMNS = ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction", "timeline_resolution_s",
-                   "timeline_sources", *_STATE_COLUMNS, "wake_to_first_token_s", "gpu_mem_mib_asleep", "stop_s",
-                   "gpu_mem_mib_after_stop", "page_cache_gib_after_stop", "log_errors", "timeline_note")
+                   "timeline_sources", *_STATE_COLUMNS, *IMPORT_COLUMNS, "bytecode_compile_s", "wake_to_first_token_s",
+                   "gpu_mem_mib_asleep", "stop_s", "gpu_mem_mib_after_stop", "page_cache_gib_after_stop", "log_errors",
+                   "timeline_note")
 
 
 def _rows(record: TrialRecord) -> list[dict[str, Any]]:

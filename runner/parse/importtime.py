@@ -14,6 +14,10 @@ stderr parses too (one section, role ``unknown``). Other lines (a process's othe
 are skipped and counted. A package's ``self_s`` is the time spent in its own modules' bodies;
 ``cumulative_s`` the time of its outermost imports, which includes the other packages they pulled
 in (``children_s``). The ``self_s`` of all packages add up to the process's ``total_s``.
+
+Each line's end, in bytes from the start of its section, is kept: the timer sampled each profile
+file's size while the engine started, so :func:`window` can say which imports finished between
+two moments (the API server's imports before its first log line, say).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 from runner.errors import ParseError
 
-__all__ = ["MAX_PROFILE_BYTES", "ImportProfile", "parse_importtime", "read_importtime", "top_packages"]
+__all__ = ["MAX_PROFILE_BYTES", "ImportProfile", "parse_importtime", "read_importtime", "top_packages", "window"]
 
 MAX_PROFILE_BYTES = 64 * 1024 * 1024  # a vLLM API server's profile is ~0.5 MB
 STDLIB = "stdlib"  # Python's own modules, together (json, asyncio, encodings, ...)
@@ -54,6 +58,7 @@ class ImportProfile:
     modules: int = 0
     packages: dict[str, dict[str, float]] = field(default_factory=dict)
     skipped_lines: int = 0
+    ends: list[tuple[int, int, str]] = field(default_factory=list, repr=False)  # (end byte, self us, module)
 
     def as_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "role": self.role, "total_s": round(self.total_s, 4), "modules": self.modules,
@@ -105,12 +110,15 @@ def parse_importtime(text: str) -> list[ImportProfile]:
     """Every process's profile in ``text``, in the order they appear."""
     sections: list[tuple[ImportProfile, list[tuple[int, int, int, str]]]] = []
     current: tuple[ImportProfile, list[tuple[int, int, int, str]]] | None = None
+    offset = 0  # bytes into the current section, as the node's file had them
     for raw in text.splitlines():
         header = _SECTION.match(raw)
         if header:
             current = (ImportProfile(pid=int(header.group(1)), role=header.group(2)), [])
             sections.append(current)
+            offset = 0
             continue
+        offset += len(raw.encode("utf-8", "replace")) + 1
         found = _LINE.search(raw)
         if current is None:
             if found is None and not raw.startswith("import time: self"):
@@ -123,6 +131,7 @@ def parse_importtime(text: str) -> list[ImportProfile]:
             continue
         depth = len(found.group(3)) // 2
         current[1].append((int(found.group(1)), int(found.group(2)), depth, found.group(4)))
+        current[0].ends.append((offset, int(found.group(1)), found.group(4)))
     for profile, lines in sections:
         _summarise(profile, lines)
     return [profile for profile, lines in sections if lines or profile.pid is not None]
@@ -149,3 +158,15 @@ def top_packages(profile: ImportProfile, n: int = 10) -> list[dict[str, Any]]:
         share = entry["self_s"] / profile.total_s if profile.total_s else None
         rows.append({"package": name, **entry, "share": round(share, 3) if share is not None else None})
     return rows
+
+
+def window(profile: ImportProfile, end_bytes: float | None, start_bytes: float = 0) -> dict[str, float]:
+    """Seconds of each package's own module bodies among the imports that finished while the
+    profile grew from ``start_bytes`` to ``end_bytes`` (None: to its end), costliest first."""
+    out: dict[str, float] = {}
+    for end, self_us, module in profile.ends:
+        if end <= start_bytes or (end_bytes is not None and end > end_bytes):
+            continue
+        name = package_of(module)
+        out[name] = out.get(name, 0.0) + self_us / 1e6
+    return {k: round(v, 4) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["ANCHORS", "PHASES", "PHASE_NAMES", "log_clock", "timeline"]
+__all__ = ["ANCHORS", "PHASES", "PHASE_NAMES", "boundaries", "log_clock", "timeline"]
 
 # Boundaries in the order a start passes them.
 ANCHORS = ("start", "api_first", "api_config", "engine_process", "engine_first", "weights_start", "weights_end",
@@ -189,10 +189,9 @@ def _ordered(anchors: dict[str, float], windows: dict[str, tuple[float, float]],
     return out
 
 
-def timeline(first_token_s: float, log: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str, Any]:
-    """The phases of one start (see the module docstring), ``other_s``, ``named_fraction``,
-    ``timeline_resolution_s``, ``timeline_sources`` and, when the log could not be placed or
-    was shifted, ``timeline_note``."""
+def _boundaries(first_token_s: float, log: Mapping[str, Any],
+                timings: Mapping[str, Any]) -> tuple[dict[str, float], list[str], float, str]:
+    """Every boundary's time in seconds after the start command, the sources, the resolution and a note."""
     events = timings.get("events") or {}
     poll_s = float(timings.get("poll_s") or 0.0)
     anchors: dict[str, float] = {"start": 0.0, "first_token": float(first_token_s)}
@@ -221,6 +220,20 @@ def timeline(first_token_s: float, log: Mapping[str, Any], timings: Mapping[str,
         log_names.discard("api_ready")
     windows = {name: (at - half, at + half) if name in log_names else (at, at) for name, at in anchors.items()}
     times = _ordered(anchors, windows, stated, float(first_token_s))
+    resolution = resolution if "log" in sources else max(poll_s, 0.001)
+    return times, sources, resolution, note
+
+
+def boundaries(first_token_s: float, log: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str, float]:
+    """Each boundary of :data:`ANCHORS` that the start passed, in seconds after the start command."""
+    return _boundaries(first_token_s, log, timings)[0]
+
+
+def timeline(first_token_s: float, log: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str, Any]:
+    """The phases of one start (see the module docstring), ``other_s``, ``named_fraction``,
+    ``timeline_resolution_s``, ``timeline_sources`` and, when the log could not be placed or
+    was shifted, ``timeline_note``."""
+    times, sources, resolution, note = _boundaries(first_token_s, log, timings)
     present = [name for name in ANCHORS if name in times]
     out: dict[str, Any] = {}
     for phase, end, starts in PHASES:
@@ -232,7 +245,7 @@ def timeline(first_token_s: float, log: Mapping[str, Any], timings: Mapping[str,
     named = sum(out.values())
     out["other_s"] = round(max(0.0, float(first_token_s) - named), 3)
     out["named_fraction"] = round(min(1.0, named / float(first_token_s)), 4) if first_token_s > 0 else None
-    out["timeline_resolution_s"] = resolution if "log" in sources else max(poll_s, 0.001)
+    out["timeline_resolution_s"] = resolution
     out["timeline_sources"] = "+".join(sources)
     if note:
         out["timeline_note"] = note
