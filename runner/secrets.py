@@ -6,6 +6,9 @@ frozen campaign hold only those names. The values reach ansible-playbook through
 environment (never its command line or extra vars); the playbooks write them, with ``no_log``,
 to a 0600 file in the node's trial folder that the node tools read and the collect phase
 removes. As a last guard, every text file of a finished trial is scrubbed of the values.
+
+What counts as a credential is named here too (``is_secret_name``, ``looks_like_credential``), so
+the campaign checks and the ``-e`` reader (a lower layer) hide the same ones in their messages.
 """
 
 from __future__ import annotations
