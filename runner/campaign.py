@@ -25,7 +25,7 @@ from runner.experiments import KINDS
 from runner.experiments.base import ExperimentKind, Phase, TrialContext
 from runner.host_checks import PREFLIGHT_TIMEOUT_S, PROBE_TIMEOUT_S, gather_facts, host_answers
 from runner.inventory import Inventory
-from runner.livelog import LogFollower
+from runner.livelog import LogFollower, start_following
 from runner.overlap import EarlyRun, Overlap, Turn, start_early
 from runner.plan import Plan, Trial, node_python
 from runner.progress import Progress
@@ -95,18 +95,15 @@ def _start_follower(ctx: _Ctx, trial: Trial, phase: Phase, extravars: dict[str, 
     """Tail the node's log (``phase.follow``) for the display while the phase runs."""
     if not (ctx.follow and phase.follow and ctx.inventory is not None):
         return None
-    conn = ctx.inventory.connection(trial.host)
     remote = f"{extravars['exp_remote_dir']}/{phase.follow}"
-    follower = LogFollower(conn, remote, lambda line: ctx.progress.log_line(trial.id, line))
-    follower.start()
-    return follower
+    return start_following(ctx.inventory, trial.host, remote, lambda line: ctx.progress.log_line(trial.id, line))
 
 
 def _start(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, extravars: dict[str, Any],
            on_task: Callable[[str], None], timeout_s: float, cancel: Callable[[], bool]) -> RunningPhase:
     return start_phase(
         phase=phase.name, playbook=REPO_ROOT / phase.playbook, project_dir=REPO_ROOT,
-        private_data_dir=trial_dir / "ansible", inventory=ctx.loaded.inventory_path, limit=trial.host,
+        private_data_dir=trial_dir / "ansible", inventory=ctx.loaded.inventory, limit=trial.host,
         extravars=extravars, timeout_s=timeout_s, cancel=cancel, lease=lease_id(ctx.store.root, trial.id),
         on_task=on_task,
     )
@@ -324,7 +321,7 @@ def _freeze(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, argv: list[
     run_info = store.read_json("run.json") or {"runs": []}
     run_info.update(
         campaign=loaded.campaign.name, campaign_file=str(loaded.path), tools=tool_versions(), git=git_state(),
-        inventory=inventory_digest(loaded.inventory_path), hosts=list(loaded.hosts),
+        inventory=inventory_digest(loaded.inventory.sources), hosts=list(loaded.hosts),
     )
     run_info["runs"].append({"started": time.time(), "argv": argv})
     store.write_json("run.json", run_info)
@@ -356,7 +353,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
             status = (store.load_trial(trial.id) or {}).get("status", "?")
             outcome.counts[status] = outcome.counts.get(status, 0) + 1
     stop = threading.Event()
-    ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory_path) if follow else None,
+    ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory) if follow else None,
                secrets)
     progress.start(sum(len(t) for t in todo.values()), kept)
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="host")

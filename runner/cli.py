@@ -16,10 +16,12 @@ import logging
 import shlex
 import signal
 import sys
+from importlib import metadata
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from runner import __version__
 from runner.errors import ResultsLockedError, ResultsWriteError, RunnerError, SpecError
 from runner.results_lock import ResultsLock
 from runner.secrets import Secrets
@@ -41,15 +43,20 @@ def _run_parser() -> argparse.ArgumentParser:
         prog="python -m runner",
         description="Run a campaign (CAMPAIGN.yaml), or: report RESULTS_DIR | parse-log PATH.",
     )
+    p.add_argument("--version", action="version", version=_version())
     p.add_argument("campaign", type=Path, help="campaign YAML file")
-    p.add_argument("-i", "--inventory", type=Path, metavar="PATH", help="inventory instead of the file's")
-    p.add_argument("-l", "--limit", metavar="PATTERN", help="host pattern instead of the file's hosts:")
-    p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY.PATH=VALUE|@FILE|JSON",
-                   help="override a campaign value, e.g. -e engine.args.max-model-len=8192 (repeatable)")
+    p.add_argument("-i", "--inventory", action="append", default=[], metavar="SOURCE",
+                   help="inventory path or host list ('h1,h2,') instead of the file's (repeatable); its "
+                   "inventory scripts and plugins run, as with ansible-playbook")
+    p.add_argument("-l", "--limit", metavar="SUBSET",
+                   help="narrow the campaign's hosts to this pattern (or @FILE), as ansible-playbook -l does")
+    p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY.PATH=VALUE|@FILE|YAML",
+                   help="override campaign values as ansible-playbook reads extra vars: 'k=v k2=v2' (text, typed by "
+                   "the campaign), @file.yml, or a YAML/JSON mapping (repeatable; the last wins)")
     p.add_argument("--only", action="append", default=[], metavar="EXPERIMENT[.MODE]",
                    help="run only this experiment or mode (repeatable); results resume in the same folder")
     p.add_argument("--plan", action="store_true", help="print the expanded trial matrix; touch no host")
-    p.add_argument("--json", action="store_true", help="with --plan: machine-readable output")
+    p.add_argument("--json", action="store_true", help="with --plan only: the plan as JSON")
     p.add_argument("--show-launch", action="store_true",
                    help="with --plan: each trial's engine command line, as its node will exec it")
     p.add_argument("--results", type=Path, help="results folder (default: results/<campaign name>/)")
@@ -62,6 +69,15 @@ def _run_parser() -> argparse.ArgumentParser:
     out.add_argument("--plain", action="store_true", help="plain log lines instead of a live display")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
+
+
+def _version() -> str:
+    """This tool's version and the Ansible it drives (read without importing Ansible)."""
+    try:
+        core = metadata.version("ansible-core")
+    except metadata.PackageNotFoundError:
+        core = "not installed"
+    return f"gpu-campaign {__version__} (ansible-core {core}, python {sys.version.split()[0]})"
 
 
 def _configure_logging(verbose: bool, quiet: bool) -> None:
@@ -109,8 +125,11 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from runner.plan import expand
     from runner.spec import load_campaign, select
 
+    if args.json and not args.plan:
+        raise SpecError(["--json: only with --plan (the plan as JSON); a run's machine-readable results are "
+                         "summary.json and trials/*/trial.json in its results folder"])
     loaded = select(load_campaign(args.campaign, overrides=parse_overrides(args.extra_vars),
-                                  inventory=args.inventory, limit=args.limit), args.only)
+                                  inventory=args.inventory or None, limit=args.limit), args.only)
     root = args.results or Path("results") / loaded.campaign.name
     plan = expand(loaded, _cached_facts(root, loaded.hosts))
     if args.plan:

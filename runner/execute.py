@@ -22,6 +22,7 @@ from typing import Any
 import ansible_runner
 import yaml
 
+from runner.inventory import InventorySources
 from runner.supervise import LEASE_VARIABLE, reap
 
 __all__ = ["Failure", "PhaseResult", "RunningPhase", "run_phase", "start_phase"]
@@ -223,7 +224,7 @@ def start_phase(
     playbook: Path,
     project_dir: Path,
     private_data_dir: Path,
-    inventory: Path,
+    inventory: Path | InventorySources,
     limit: str,
     extravars: dict[str, Any],
     timeout_s: float,
@@ -239,9 +240,13 @@ def start_phase(
     write_extravars(private_data_dir, extravars)
     running = RunningPhase(phase, limit, timeout_s, lease, time.time())
     logger.debug("phase %s: %s on %s", phase, playbook, limit)
+    if isinstance(inventory, Path):
+        inventory = InventorySources((str(inventory),))
+    # A list, never a str: ansible-runner writes a str that is not a path ("h1,h2,") into an INI file.
     kwargs = dict(
         private_data_dir=str(private_data_dir), project_dir=str(project_dir), playbook=str(playbook),
-        inventory=str(inventory), limit=limit, ident=phase, envvars=_envvars(project_dir, lease), quiet=True,
+        inventory=list(inventory.sources), limit=limit, ident=phase, quiet=True,
+        envvars={**_envvars(project_dir, lease), **inventory.ansible_env()},
         timeout=max(1, round(timeout_s)), event_handler=lambda event: running.on_event(event, on_task),
         cancel_callback=cancel,
     )

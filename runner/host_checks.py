@@ -31,7 +31,7 @@ def gather_facts(store: ResultsStore, loaded: LoadedCampaign, host: str,
     dest = host_dir / "facts.json"
     result = run_phase(
         phase="preflight", playbook=REPO_ROOT / FACTS_PLAYBOOK, project_dir=REPO_ROOT,
-        private_data_dir=host_dir / "ansible", inventory=loaded.inventory_path, limit=host,
+        private_data_dir=host_dir / "ansible", inventory=loaded.inventory, limit=host,
         extravars={"exp_facts_dest": str(dest), "exp_results_dir": str(host_dir),
                    "exp_remote_dir": remote_dir(loaded, host, "preflight")},
         timeout_s=PREFLIGHT_TIMEOUT_S, cancel=cancel, lease=lease_id(store.root, f"preflight@{host}"),
@@ -48,7 +48,7 @@ def host_answers(root: Path, loaded: LoadedCampaign, host: str, cancel: threadin
     A frozen sshd or a dead node must not make every remaining trial wait its whole timeout."""
     result = run_phase(
         phase="probe", playbook=REPO_ROOT / PROBE_PLAYBOOK, project_dir=REPO_ROOT,
-        private_data_dir=root / "hosts" / host / "probe", inventory=loaded.inventory_path,
+        private_data_dir=root / "hosts" / host / "probe", inventory=loaded.inventory,
         limit=host, extravars={}, timeout_s=PROBE_TIMEOUT_S, cancel=cancel,
         lease=lease_id(root, f"probe@{host}"),
     )

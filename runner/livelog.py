@@ -1,7 +1,9 @@
 """Follow a node-side log while a phase runs, so the display shows "Loading weights…" live.
 
 Display only: it reads a file (locally, or with ``tail -F`` through OpenSSH with the inventory's
-connection settings and host-key rules) and never changes a node; any error just ends the following.
+connection settings, as Ansible templates them, and host-key rules) and never changes a node; any
+error just ends the following, and a connection that cannot be resolved is a warning: the run goes
+on without the live lines.
 """
 
 from __future__ import annotations
@@ -14,12 +16,37 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.inventory import Connection
 
-__all__ = ["LogFollower"]
+if TYPE_CHECKING:
+    from runner.inventory import Inventory
+
+__all__ = ["LogFollower", "start_following"]
 
 logger = logging.getLogger(__name__)
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def start_following(inventory: Inventory, host: str, path: str, on_line: Callable[[str], None]
+                    ) -> LogFollower | None:
+    """A started follower of ``path`` on ``host``, or None with a warning (once per host and
+    reason) when the inventory's connection settings cannot be resolved. Never raises."""
+    try:
+        conn = inventory.connection(host)
+    except Exception as exc:  # noqa: BLE001 - following is best effort: nothing it meets may stop a run
+        reason = f"{host}: {' '.join(str(exc).split()) or type(exc).__name__}"
+        with _warned_lock:
+            first = reason not in _warned
+            _warned.add(reason)
+        if first:
+            logger.warning("not following the server log live on %s (the trial runs on)", reason)
+        return None
+    follower = LogFollower(conn, path, on_line)
+    follower.start()
+    return follower
 
 
 class LogFollower(threading.Thread):

@@ -1,82 +1,133 @@
-"""Command-line overrides of campaign values, as Ansible users type them: ``-e key.path=value``,
-``-e @file.yml``, ``-e '{"json": ...}'``.
+"""Command-line overrides of campaign values, read as ``ansible-playbook -e`` reads extra vars:
+``-e "key.path=value other=value"`` (each value a string, split by Ansible's own parser),
+``-e @file.yml``, ``-e '{"yaml": "or JSON"}'`` (values keep their YAML types).
 
-An override is data like the file it changes: parsed as YAML/JSON within the same bounds, never
-templated, and validated with the rest of the campaign; an error names the ``-e`` it came from.
+A key names a campaign value by dotted path (``engine.port``, ``experiments.1.repeats``); the
+campaign's own types then apply, so ``engine.port=9000`` is the number 9000. An override is data
+like the file it changes: bounded like the file, never templated, and validated with the rest of
+the campaign; an error names the ``-e`` it came from, never the value of a secret-looking key.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runner.errors import SpecError
-from runner.yaml_input import InputError, read_yaml
+from runner.secrets import is_secret_name, looks_like_credential
+from runner.yaml_input import LIMITS, InputError, load_yaml_text, read_yaml
 
 __all__ = ["Override", "apply_overrides", "parse_overrides"]
 
 Override = tuple[tuple[str | int, ...], Any, str]  # key path, value, where it came from
 _MAX_OVERRIDES = 100
-
-
-def _flatten(data: Any, prefix: tuple[str | int, ...], source: str) -> list[Override]:
-    if isinstance(data, dict) and data:
-        out: list[Override] = []
-        for key, value in data.items():
-            path = (*prefix, *_split(str(key)))
-            # A mapping under a dotted key replaces leaves, not whole sections (engine: {args: {...}}
-            # changes only the flags it names), like Ansible's hash merging of extra vars.
-            out.extend(_flatten(value, path, source))
-        return out
-    return [(prefix, data, source)]
+_MAX_KEY_PARTS = LIMITS["depth"]
+_SHOWN_VALUE = 40  # characters of a value an error message repeats
 
 
 def _split(dotted: str) -> tuple[str | int, ...]:
     parts: list[str | int] = []
     for part in dotted.split("."):
         if not part:
-            raise ValueError(f"empty key in {dotted!r}")
+            raise ValueError("a key path has an empty part ('a..b', '.a' or 'a.')")
         parts.append(int(part) if part.isdigit() else part)
+    if len(parts) > _MAX_KEY_PARTS:
+        raise ValueError(f"a key path has more than {_MAX_KEY_PARTS} parts")
     return tuple(parts)
 
 
+def _flatten(data: Any, prefix: tuple[str | int, ...], source: str) -> list[Override]:
+    """Leaves of a mapping as (path, value): a mapping under a key replaces the leaves it names, not
+    whole sections (engine: {args: {...}} changes only the flags it names), like Ansible's
+    ``hash_behaviour = merge``. Depth is bounded by the YAML reader."""
+    if isinstance(data, dict) and (data or not prefix):  # an empty mapping at the top changes nothing
+        out: list[Override] = []
+        for key, value in data.items():
+            out.extend(_flatten(value, (*prefix, *_split(str(key))), source))
+        return out
+    return [(prefix, data, source)]
+
+
+def _secret_path(path: tuple[str | int, ...]) -> bool:
+    return any(isinstance(p, str) and (is_secret_name(p) or looks_like_credential(p)) for p in path)
+
+
+def _pair_label(key: str, path: tuple[str | int, ...], value: str) -> str:
+    """``-e key=value`` for messages: the value withheld under a secret-looking key or when it
+    looks like a credential itself, and cut short otherwise."""
+    if _secret_path(path) or looks_like_credential(value):
+        return f"-e {key}=(value not shown)"
+    shown = value if len(value) <= _SHOWN_VALUE else value[:_SHOWN_VALUE] + "..."
+    return f"-e {key}={shown}"
+
+
+def _key_values(item: str) -> list[Override]:
+    """``k=v k2='v 2'``, split and unquoted by Ansible's own parser (what ``ansible-playbook -e``
+    does): every value a string."""
+    from ansible.errors import AnsibleError  # noqa: PLC0415 - ansible's import costs ~0.3 s: only for this form
+    from ansible.parsing.splitter import parse_kv  # noqa: PLC0415
+
+    try:
+        pairs = parse_kv(item)
+    except (AnsibleError, UnicodeError, ValueError) as exc:
+        raise ValueError("unbalanced quotes or {{ }}, or a bad escape (Ansible's key=value form)") from exc
+    if "_raw_params" in pairs:
+        raise ValueError("a word without '=' (expected KEY=VALUE pairs, @FILE, or a YAML/JSON mapping)")
+    out: list[Override] = []
+    for key, value in pairs.items():
+        if not str(key):
+            raise ValueError("a KEY=VALUE pair has no key")
+        path = _split(str(key))
+        out.append((path, str(value), _pair_label(str(key), path, str(value))))
+    return out
+
+
+def _mapping(data: Any, what: str) -> dict[Any, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} could not be made into a mapping of campaign keys")
+    return data
+
+
+def _parse_one(item: str) -> list[Override]:
+    if item.startswith("@"):
+        name = item[1:]
+        try:
+            _, data, _ = read_yaml(Path(name))
+        except InputError as exc:
+            raise SpecError([f"-e @{name}:{exc.line}: {exc.message}"]) from exc
+        return _flatten(_mapping(data, name), (), f"-e @{name}")
+    if item[:1] in ("/", "."):
+        raise ValueError("a file name must start with '@' (-e @FILE), as for ansible-playbook")
+    if item[:1] in ("{", "["):
+        try:
+            data = load_yaml_text(item)
+        except InputError as exc:
+            raise ValueError(f"line {exc.line}: {exc.message}") from exc
+        return _flatten(_mapping(data, "the YAML/JSON text"), (), "-e {...}")
+    return _key_values(item)
+
+
 def parse_overrides(items: list[str]) -> list[Override]:
-    """Each ``-e`` item as (path, value, source); ``SpecError`` for one that cannot be read."""
+    """Each ``-e`` item as (path, value, source) leaves, in order (a later one wins); ``SpecError``
+    for one that cannot be read. An empty item is skipped, as Ansible does."""
     if len(items) > _MAX_OVERRIDES:
         raise SpecError([f"-e: at most {_MAX_OVERRIDES} overrides, got {len(items)}"])
     out: list[Override] = []
-    for item in items:
-        source = f"-e {item[:60]}"
+    for n, item in enumerate(items, 1):
+        if not item:
+            continue
         try:
-            if item.startswith("@"):
-                _, data, _ = read_yaml(Path(item[1:]))
-                if not isinstance(data, dict):
-                    raise ValueError(f"{item[1:]} must hold a mapping of campaign keys")
-                out.extend(_flatten(data, (), f"-e {item}"))
-            elif item.lstrip().startswith("{"):
-                data = json.loads(item)
-                if not isinstance(data, dict):
-                    raise ValueError("JSON must be an object")
-                out.extend(_flatten(data, (), source))
-            else:
-                key, sep, text = item.partition("=")
-                if not sep or not key.strip():
-                    raise ValueError("expected key.path=value, @file.yml or a JSON object")
-                try:  # 8192 is a number, true a bool; text YAML cannot read stays text, as in Ansible
-                    value = yaml.safe_load(text) if text.strip() else ""
-                except yaml.YAMLError:
-                    value = text
-                if isinstance(value, dict | list):
-                    raise ValueError("a key=value override takes a scalar; give a mapping as JSON or @file.yml")
-                out.append((_split(key.strip()), value, source))
-        except InputError as exc:
-            raise SpecError([f"{item[1:]}:{exc.line}: {exc.message}"]) from exc
-        except (ValueError, yaml.YAMLError) as exc:
-            raise SpecError([f"{source}: {' '.join(str(exc).split())}"]) from exc
+            out.extend(_parse_one(item))
+        except ValueError as exc:
+            key = item.partition("=")[0] if "=" in item and item[:1] not in "{[@" else ""
+            plain = key and len(key) <= 80 and not _secret_path((key,))
+            shown = f"-e {key}=..." if plain else f"-e (the {_ordinal(n)})"
+            raise SpecError([f"{shown}: {' '.join(str(exc).split())}"]) from exc
     return out
+
+
+def _ordinal(n: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(n, f"{n}th")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[Override]) -> dict[tuple[str | int, ...], str]:
@@ -96,12 +147,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[Override]) -> dict[tup
             if node.get(part) is None:
                 node[part] = [] if isinstance(nxt, int) else {}
             node = node[part]
-        last = path[-1]
+        last = path[-1] if path else None
         if isinstance(node, list):
             if not isinstance(last, int) or last >= len(node):
                 raise SpecError([f"{source}: {_dotted(path)}: no such list item"])
             node[last] = value
-        elif isinstance(node, dict):
+        elif isinstance(node, dict) and last is not None:
             node[last] = value
         else:
             raise SpecError([f"{source}: {_dotted(path[:-1])} is not a mapping"])
@@ -110,4 +161,4 @@ def apply_overrides(data: dict[str, Any], overrides: list[Override]) -> dict[tup
 
 
 def _dotted(path: tuple[str | int, ...]) -> str:
-    return ".".join(str(p) for p in path) or "(top)"
+    return ".".join("(a key not shown)" if looks_like_credential(str(p)) else str(p) for p in path) or "(top)"

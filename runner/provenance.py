@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import platform
 import subprocess
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -43,11 +44,18 @@ def git_state(repo: Path = REPO_ROOT) -> dict[str, Any]:
     return {"sha": sha, "dirty": bool(dirty) if dirty is not None else None}
 
 
-def inventory_digest(path: Path) -> dict[str, Any]:
-    """Path and a sha256 over the inventory's files (not their content: it may hold secrets)."""
-    files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+def inventory_digest(sources: Sequence[str]) -> dict[str, Any]:
+    """Sources and a sha256 over the inventory's files (not their content: it may hold secrets)."""
     digest = hashlib.sha256()
-    for f in files:
-        digest.update(str(f.relative_to(path.parent if path.is_file() else path)).encode())
-        digest.update(f.read_bytes())
-    return {"path": str(path), "files": len(files), "sha256": digest.hexdigest()}
+    count = 0
+    for source in sources:
+        path = Path(source)
+        if not path.exists():  # a host list ("h1,h2,")
+            digest.update(source.encode())
+            continue
+        files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+        count += len(files)
+        for f in files:
+            digest.update(str(f.relative_to(path.parent if path.is_file() else path)).encode())
+            digest.update(f.read_bytes())
+    return {"path": ", ".join(sources), "files": count, "sha256": digest.hexdigest()}

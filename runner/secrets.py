@@ -6,22 +6,67 @@ frozen campaign hold only those names. The values reach ansible-playbook through
 environment (never its command line or extra vars); the playbooks write them, with ``no_log``,
 to a 0600 file in the node's trial folder that the node tools read and the collect phase
 removes. As a last guard, every text file of a finished trial is scrubbed of the values.
+
+What counts as a credential is named here too (``is_secret_name``, ``looks_like_credential``), so
+the campaign checks and the ``-e`` reader (a lower layer) hide the same ones in their messages.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.errors import SpecError
 
-__all__ = ["REDACTED", "Secrets"]
+__all__ = ["REDACTED", "Secrets", "is_secret_name", "looks_like_credential", "shown_name"]
 
 REDACTED = "***"
 _MIN_LEN = 4  # shorter values would scrub innocent text; a credential is never this short
 _MAX_SCRUB_BYTES = 256 * 1024 * 1024
+
+
+_SECRET_WORDS = {"SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "APIKEY"}
+_KEY_QUALIFIERS = {"API", "ACCESS", "PRIVATE", "SECRET", "AUTH", "SIGNING"}
+# Prefixes of widely used credentials (OpenAI-style, Hugging Face, GitHub, GitLab, Slack, AWS, Google, JWT).
+_CREDENTIAL_PREFIXES = ("sk-", "hf_", "ghp_", "gho_", "ghs_", "ghu_", "github_pat_", "glpat-", "xoxb-", "xoxp-",
+                        "AKIA", "ASIA", "AIza", "eyJ")
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def is_secret_name(name: str) -> bool:
+    """HF_TOKEN, DB_PASS, OPENAI_API_KEY, api-key are credentials; STANDIN_KV_CAPACITY_TOKENS is not."""
+    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    if any(w == "KEY" and i > 0 and words[i - 1] in _KEY_QUALIFIERS for i, w in enumerate(words)):
+        return True
+    # HF_TOKEN, ACCESS_TOKEN; not BYTES_PER_TOKEN or MAX_TOKENS (token counts are everywhere here)
+    return bool(words) and words[-1] == "TOKEN" and (len(words) == 1 or words[-2] not in {"PER", "MAX", "MIN", "NUM"})
+
+
+def looks_like_credential(text: str) -> bool:
+    """A name or value that may be a credential itself: ``name=value`` in one string, a known
+    credential prefix, or a long word mixing letters and digits (no flag or key word does)."""
+    if "=" in text:
+        return True
+    bare = text.lstrip("-")
+    # hf_ + 34 characters is a Hugging Face token; hf_overrides is a vLLM flag.
+    if any(bare.startswith(p) and len(bare) >= len(p) + 16 for p in _CREDENTIAL_PREFIXES):
+        return True
+    return any(len(w) >= 16 and re.search(r"\d", w) and re.search(r"[A-Za-z]", w)
+               for w in re.split(r"[-_.:/\s]+", text))
+
+
+def shown_name(name: object) -> str:
+    """A key or name for a message: quoted (control characters escaped) unless it may be a
+    credential pasted in the wrong place, or file content such as ``KEY=value``."""
+    text = str(name)
+    if len(text) <= 64 and not looks_like_credential(text):
+        return ascii(text) if not _PLAIN_NAME.match(text) else repr(text)
+    return f"(a {len(text)}-character name, not shown: it may hold a credential)"
 
 
 @dataclass(frozen=True)

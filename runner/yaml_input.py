@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["LIMITS", "InputError", "Loc", "format_loc", "line_for", "read_yaml"]
+__all__ = ["LIMITS", "InputError", "Loc", "format_loc", "line_for", "load_yaml_text", "read_yaml"]
 
 Loc = tuple[str | int, ...]
 
@@ -171,6 +171,18 @@ def format_loc(loc: tuple[Any, ...]) -> str:
 def read_yaml(path: Path) -> tuple[str, Any, dict[Loc, int]]:
     """The file's text, its data and its line map; ``InputError`` for anything out of bounds."""
     text = _read_text(path)
+    data, lines = _load(text)
+    return text, data, lines
+
+
+def load_yaml_text(text: str) -> Any:
+    """YAML (or JSON) given as text, e.g. on a command line, within the same bounds as a file."""
+    if len(text.encode(errors="replace")) > LIMITS["bytes"]:
+        raise InputError(1, f"is larger than the {LIMITS['bytes']}-byte limit")
+    return _load(text)[0]
+
+
+def _load(text: str) -> tuple[Any, dict[Loc, int]]:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError as exc:
@@ -180,14 +192,14 @@ def read_yaml(path: Path) -> tuple[str, Any, dict[Loc, int]]:
         raise InputError(mark.line + 1 if mark is not None else 1,
                          f"not valid YAML: {getattr(exc, 'problem', None) or exc}") from exc
     if node is None:
-        return text, None, {}
+        return None, {}
     _measure(node)
     _check_node(node, set())
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError, ValueError) as exc:  # composed fine, so rare: a bad tag value
         raise InputError(1, f"not valid YAML: {exc}") from exc
-    return text, _unshared(data), line_map(node)
+    return _unshared(data), line_map(node)
 
 
 def _unshared(data: Any) -> Any:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from runner.errors import SpecError
 from runner.experiments import KINDS
+from runner.inventory import InventorySources, is_host_list
 from runner.overrides import Override, apply_overrides
+from runner.secrets import looks_like_credential
 from runner.spec.hosts import resolve_hosts
 from runner.spec.messages import errors_of
 from runner.spec.models import Campaign, LoadedCampaign
@@ -20,11 +23,13 @@ __all__ = ["load_campaign"]
 
 
 def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Override] | None = None,
-                  inventory: Path | None = None, limit: str | None = None) -> LoadedCampaign:
+                  inventory: Path | str | Sequence[Path | str] | None = None, limit: str | None = None
+                  ) -> LoadedCampaign:
     """Read, validate and resolve a campaign file, or raise ``SpecError`` with every problem.
 
-    ``overrides`` (``-e``), ``inventory`` (``-i``) and ``limit`` (``-l``) replace values of the file
-    before validation; an error in one names the option it came from instead of a line."""
+    ``overrides`` (``-e``) replace values of the file before validation; ``inventory`` (``-i``,
+    one or more sources) replaces the file's inventory and ``limit`` (``-l``) narrows its hosts,
+    as ``ansible-playbook`` does. An error in one names the option it came from instead of a line."""
     name = str(path)
     try:
         text, data, lines = read_yaml(path)
@@ -32,12 +37,7 @@ def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Overr
         raise SpecError([f"{name}:{exc.line}: {exc.message}"]) from exc
     if not isinstance(data, dict):
         raise SpecError([f"{name}:1: a campaign must be a YAML mapping"])
-    given = list(overrides or [])
-    if inventory is not None:
-        given.append((("inventory",), str(inventory.resolve()), f"-i {inventory}"))
-    if limit is not None:
-        given.append((("hosts",), limit, f"-l {limit}"))
-    from_options = apply_overrides(data, given)
+    from_options = apply_overrides(data, list(overrides or []))
 
     def where(loc: Loc) -> str:
         for path_, source in from_options.items():
@@ -45,9 +45,10 @@ def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Overr
                 return source
         return f"{name}:{line_for(lines, loc)}"
 
-    def fail(errors: list[tuple[Loc, str]]) -> SpecError:
+    def fail(errors: list[tuple[Loc, str]], option_lines: tuple[str, ...] = ()) -> SpecError:
         errors = sorted(errors, key=lambda e: line_for(lines, e[0]))
-        return SpecError([f"{where(loc)}: {format_loc(loc)}: {msg}" for loc, msg in errors])
+        return SpecError([f"{where(loc)}: {format_loc(_shown_loc(loc))}: {msg}" for loc, msg in errors]
+                         + list(option_lines))
 
     modes, errors = check_modes(data)
     try:
@@ -56,20 +57,31 @@ def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Overr
         raise fail(errors_of(exc, (), Campaign) + errors) from exc
 
     errors.extend(_experiment_problems(campaign, errors))
-    inventory_path = (path.parent / campaign.inventory).resolve()
-    hosts: list[str] = []
-    if not inventory_path.exists():
-        errors.append((("inventory",), f"inventory {inventory_path} does not exist"))
-    elif check_hosts:
-        hosts, problem = resolve_hosts(inventory_path, campaign.hosts)
-        if problem:
-            errors.append((("hosts",) if problem.startswith("host pattern") else ("inventory",), problem))
-        elif not hosts:
-            errors.append((("hosts",), f"host pattern {campaign.hosts!r} matches no host in {inventory_path}"))
-    if errors:
-        raise fail(errors)
-    return LoadedCampaign(campaign, path.resolve(), text, inventory_path, tuple(hosts), tuple(modes),
-                          tuple(sorted(source for source in set(from_options.values()))))
+    given = [inventory] if isinstance(inventory, str | Path) else list(inventory or [])
+    option = " ".join(f"-i {g}" for g in given) or None
+    sources = (InventorySources.of(given, from_command_line=True) if given else
+               InventorySources.of([campaign.inventory], base=path.parent, from_command_line=False))
+    option_lines: list[str] = []
+    if check_hosts:
+        hosts, problems = resolve_hosts(sources, campaign.hosts, limit, option)
+    else:  # still: an inventory that is not there is a typo the user wants to hear about
+        hosts, problems = [], [(option or "inventory", f"inventory {s} does not exist") for s in sources.sources
+                               if not is_host_list(s) and not Path(s).exists()][:1]
+    for where_, message in problems:
+        if where_ in ("hosts", "inventory"):
+            errors.append(((where_,), message))
+        else:
+            option_lines.append(f"{where_}: {message}")
+    if errors or option_lines:
+        raise fail(errors, tuple(option_lines))
+    given_options = [*(f"-i {g}" for g in given), *([f"-l {limit}"] if limit is not None else [])]
+    return LoadedCampaign(campaign, path.resolve(), text, sources, tuple(hosts), tuple(modes),
+                          tuple(sorted({*from_options.values(), *given_options})))
+
+
+def _shown_loc(loc: Loc) -> Loc:
+    """A key that may be a credential pasted in the wrong place is not repeated in a message."""
+    return tuple("(a key not shown)" if isinstance(p, str) and looks_like_credential(p) else p for p in loc)
 
 
 def _experiment_problems(campaign: Campaign, known: list[tuple[Loc, str]]) -> list[tuple[Loc, str]]:

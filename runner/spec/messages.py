@@ -67,6 +67,17 @@ def _known_keys(model: type[BaseModel], loc: Loc) -> list[str]:
     return fields
 
 
+def _one_level_down(model: type[BaseModel], loc: Loc) -> str:
+    """``repeats`` at the top of a campaign: "did you mean 'defaults.repeats'?" (a key of a section)."""
+    if len(loc) != 1:
+        return ""
+    for name, info in model.model_fields.items():
+        for sub in (info.annotation, *getattr(info.annotation, "__args__", ())):
+            if isinstance(sub, type) and issubclass(sub, BaseModel) and str(loc[0]) in sub.model_fields:
+                return f": did you mean '{name}.{loc[0]}'?"
+    return ""
+
+
 def errors_of(exc: ValidationError, prefix: Loc = (), model: type[BaseModel] | None = None
               ) -> list[tuple[Loc, str]]:
     """Each distinct error of ``exc`` as (location below ``prefix``, message)."""
@@ -76,7 +87,7 @@ def errors_of(exc: ValidationError, prefix: Loc = (), model: type[BaseModel] | N
         loc = _clean_loc(tuple(err["loc"]))
         message = _message(err)
         if err["type"] == "extra_forbidden" and model is not None and loc:
-            message += did_you_mean(loc[-1], _known_keys(model, loc))
+            message += did_you_mean(loc[-1], _known_keys(model, loc)) or _one_level_down(model, loc)
         item = ((*prefix, *loc), message)
         if item not in seen:
             seen.add(item)

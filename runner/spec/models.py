@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from runner.experiments import KINDS
+from runner.inventory import InventorySources
+from runner.secrets import shown_name
 from runner.spec.messages import did_you_mean
 from runner.spec.secret_names import ENV_NAME, EngineArg, is_secret_name, refuse_secret_flags
 
@@ -25,6 +27,26 @@ MAX_REPEATS = 1000
 MAX_TRIALS = 10_000
 MAX_TIMEOUT_S = 7 * 24 * 3600
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+def _flag_values(args: Any) -> Any:
+    """Flags as the file's YAML would type them: ``-e engine.args.enforce-eager=true`` (text, as
+    Ansible reads key=value) is the bare flag, ``=8192`` the number; text that would not read back
+    the same ("1.10", "0x10") stays text. The credential check comes first."""
+    args = refuse_secret_flags(args)
+    if not isinstance(args, dict):
+        return args
+    return {k: _scalar(v) if isinstance(v, str) else v for k, v in args.items()}
+
+
+def _scalar(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if re.fullmatch(r"-?[1-9][0-9]{0,17}|0", text):
+        return int(text)
+    if re.fullmatch(r"-?(0|[1-9][0-9]{0,15})\.[0-9]{1,15}", text) and repr(float(text)) == text:
+        return float(text)
+    return text
 
 
 class _Strict(BaseModel):
@@ -84,7 +106,7 @@ class Engine(_Strict):
     def _env_names(cls, v: list[str]) -> list[str]:
         bad = [n for n in v if not re.match(ENV_NAME, n)]
         if bad:
-            raise ValueError(f"not a variable name: {bad[0]!r}")
+            raise ValueError(f"not a variable name: {shown_name(bad[0])}")
         if len(set(v)) != len(v):
             raise ValueError("a variable is named twice")
         return v
@@ -94,16 +116,16 @@ class Engine(_Strict):
     def _no_secret_values(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
             if not re.match(ENV_NAME, key):
-                raise ValueError(f"not a variable name: {key!r}")
+                raise ValueError(f"not a variable name: {shown_name(key)}")
             if is_secret_name(key):
                 raise ValueError(f"{key} looks like a credential: a campaign file is shared and copied into "
                                  f"every results folder; list {key} in engine.env_from_controller instead")
         return v
 
-    @field_validator("args")
+    @field_validator("args", mode="before")
     @classmethod
-    def _no_secret_args(cls, v: dict[str, EngineArg]) -> dict[str, EngineArg]:
-        return refuse_secret_flags(v)
+    def _no_secret_args(cls, v: Any) -> Any:
+        return _flag_values(v)  # before the values: no per-flag error prints the flag's name
 
     @field_validator("gpus")
     @classmethod
@@ -126,10 +148,10 @@ class Experiment(_Strict):
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
     engine_args: dict[str, EngineArg] = Field(default_factory=dict, description="merged over engine.args")
 
-    @field_validator("engine_args")
+    @field_validator("engine_args", mode="before")
     @classmethod
-    def _no_secret_args(cls, v: dict[str, EngineArg]) -> dict[str, EngineArg]:
-        return refuse_secret_flags(v)
+    def _no_secret_args(cls, v: Any) -> Any:
+        return _flag_values(v)
 
     @field_validator("kind")
     @classmethod
@@ -178,7 +200,7 @@ class LoadedCampaign:
     campaign: Campaign
     path: Path
     text: str
-    inventory_path: Path
+    inventory: InventorySources  # the file's inventory, or -i's
     hosts: tuple[str, ...]
     modes: tuple[dict[str, dict[str, Any]], ...]  # per experiment: mode -> validated params
     options: tuple[str, ...] = ()  # the command-line options that changed the file's values

@@ -60,8 +60,9 @@ def check_modes(data: dict[str, Any]) -> tuple[list[dict[str, dict[str, Any]]], 
     modes: list[dict[str, dict[str, Any]]] = []
     errors: list[tuple[Loc, str]] = []
     for i, exp in enumerate(experiments if isinstance(experiments, list) else []):
-        if isinstance(exp, dict) and exp.get("kind") in KINDS:
-            validated, mode_errors = validate_modes(str(exp["kind"]), exp.get("modes"), i)
+        kind = exp.get("kind") if isinstance(exp, dict) else None
+        if isinstance(kind, str) and kind in KINDS:  # a list or mapping is the Campaign model's error
+            validated, mode_errors = validate_modes(kind, exp.get("modes"), i)
         else:
             validated, mode_errors = {}, []
         modes.append(validated)

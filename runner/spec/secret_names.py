@@ -1,39 +1,39 @@
 """Which variable names and engine flags carry credentials, so a campaign file never holds one.
 
 A campaign file is copied into every results folder and shared; ``engine.env_from_controller``
-passes credentials from the controller's environment instead.
+passes credentials from the controller's environment instead (how a campaign marks a secret).
+The naming rules live in ``runner.secrets`` so that ``-e`` overrides hide the same values.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
+
+from runner.secrets import is_secret_name, looks_like_credential
 
 __all__ = ["ENV_NAME", "EngineArg", "is_secret_name", "refuse_secret_flags"]
 
 EngineArg = str | int | float | bool | None | list[str | int | float]
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-_SECRET_WORDS = {"SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "APIKEY"}
-_KEY_QUALIFIERS = {"API", "ACCESS", "PRIVATE", "SECRET", "AUTH", "SIGNING"}
-_SECRET_FLAGS = ("hf-token", "api-key")
+_FLAG_NAME = re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def is_secret_name(name: str) -> bool:
-    """HF_TOKEN, DB_PASS, OPENAI_API_KEY are credentials; STANDIN_KV_CAPACITY_TOKENS is not."""
-    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
-    if any(w in _SECRET_WORDS for w in words):
-        return True
-    if any(w == "KEY" and i > 0 and words[i - 1] in _KEY_QUALIFIERS for i, w in enumerate(words)):
-        return True
-    # HF_TOKEN, ACCESS_TOKEN; not BYTES_PER_TOKEN or MAX_TOKENS (token counts are everywhere here)
-    return bool(words) and words[-1] == "TOKEN" and (len(words) == 1 or words[-2] not in {"PER", "MAX", "MIN", "NUM"})
-
-
-def refuse_secret_flags(args: dict[str, EngineArg]) -> dict[str, EngineArg]:
-    """``args`` unchanged, or ValueError when a flag takes a credential (--hf-token, --api-key)."""
+def refuse_secret_flags(args: Any) -> Any:
+    """``args`` unchanged, or ValueError when a flag name takes or holds a credential; run before
+    the values are validated, so no per-flag error ever prints such a name. Never echoes the name
+    of a flag that may hold a value."""
+    if not isinstance(args, dict):
+        return args  # the type error is pydantic's
     for key in args:
-        flag = str(key).lstrip("-").replace("_", "-")
-        if flag in _SECRET_FLAGS:
+        name = str(key)
+        if not _FLAG_NAME.match(name) or looks_like_credential(name):
+            raise ValueError("a flag name is not a flag (it holds '=', spaces or a credential-like word; not shown): "
+                             "give a flag's value as the value (max-model-len: 8192), and credentials through "
+                             "engine.env_from_controller")
+        flag = name.lstrip("-").replace("_", "-")
+        if is_secret_name(flag):
             raise ValueError(f"--{flag} takes a credential: a campaign file is shared; put its value in a "
                              "variable named in engine.env_from_controller (vLLM reads HF_TOKEN / VLLM_API_KEY)")
     return args

@@ -130,8 +130,8 @@ def test_remote_dir_must_be_a_plain_absolute_path(write_campaign: Callable[[str]
 def test_inventory_that_is_not_one_is_refused(write_campaign: Callable[[str], Path]) -> None:
     path = write_campaign(GOOD.replace("inventory: inventory", "inventory: /etc/passwd"))
     line = error_of(path)
-    assert line.startswith(f"{path}:2: inventory: inventory /etc/passwd gives host 'root:x:0:0")
-    assert "is it an Ansible inventory?" in line
+    assert line == (f"{path}:2: inventory: inventory /etc/passwd: no inventory plugin (host_list, yaml, ini, toml) "
+                    "could read it (`ansible-inventory -i /etc/passwd --list` says why)")  # its content never shown
 
 
 @pytest.mark.parametrize("pattern", ["'['", "'all['", "'web[0'", "'~('", "'!'"])

@@ -1,5 +1,6 @@
-"""Ansible users' hands: -i, -l, -e and --only change what a campaign file says, with errors that
-name the option, and "did you mean" for near misses."""
+"""Ansible users' hands: -i, -l, -e and --only change what a campaign file says, -e read as
+ansible-playbook reads extra vars (compared with ansible-playbook itself), with errors that name
+the option, and "did you mean" for near misses."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from runner.errors import SpecError
 from runner.overrides import parse_overrides
 from runner.plan import expand
 from runner.spec import load_campaign, select
+from tests.support import ansible_cli
+from tests.support.ansible_cli import flatten
 
 CAMPAIGN = """\
 name: demo
@@ -80,15 +83,60 @@ def test_an_override_error_names_the_option_not_a_line(write_campaign: Callable[
 
 
 @pytest.mark.parametrize(("item", "message"), [
-    ("novalue", "expected key.path=value, @file.yml or a JSON object"),
-    ("a..b=1", "empty key in 'a..b'"),
-    ("engine.args={x: 1}", "a key=value override takes a scalar"),
-    ("[1, 2]", "expected key.path=value"),
+    ("novalue", "a word without '='"),
+    ("a..b=1", "a key path has an empty part"),
+    ("[1, 2]", "could not be made into a mapping"),
+    ("/etc/site.yml", "a file name must start with '@'"),
+    ("description='unbalanced", "unbalanced quotes"),
+    ("{engine: {port: 1}", "not valid YAML"),
 ])
 def test_malformed_overrides_are_one_line(item: str, message: str) -> None:
     with pytest.raises(SpecError) as info:
         parse_overrides([item])
-    assert message in info.value.lines[0]
+    assert len(info.value.lines) == 1 and message in info.value.lines[0]
+
+
+def test_extra_vars_are_read_as_ansible_playbook_reads_them(tmp_path: Path) -> None:
+    """Several pairs in one -e, quoting, text values from key=value, typed values from YAML/JSON
+    and @file: the same keys and values as ansible-playbook's own extra vars."""
+    (tmp_path / "site.yml").write_text("remote_dir: /srv/campaign\nnode_python: /opt/venv/bin/python\n")
+    items = ["engine.served_model_name=x engine.port=9000", "description='two words' engine.version=0.10",
+             '{"defaults": {"repeats": 3, "timeout_s": 60.5}}', "{name: from-yaml}", f"@{tmp_path / 'site.yml'}"]
+    ours = {".".join(map(str, path)): value for path, value, _ in parse_overrides(items)}
+    theirs = flatten(ansible_cli.extra_vars(items, ["engine.served_model_name", "engine.port", "description",
+                                                    "engine.version", "defaults", "name", "remote_dir",
+                                                    "node_python"], tmp_path))
+    assert ours == theirs
+    assert ours["engine.port"] == "9000" and ours["engine.version"] == "0.10" and ours["defaults.repeats"] == 3
+
+
+def test_key_value_text_takes_the_campaigns_types(write_campaign: Callable[[str], Path]) -> None:
+    """Read as YAML, "1.10" was the number 1.1 and a version string was refused; as Ansible reads
+    it, it is text, and each campaign value converts it to its own type."""
+    loaded = load_campaign(write_campaign(CAMPAIGN), overrides=parse_overrides([
+        "engine.served_model_name=1.10 engine.port=9000 engine.version=0.10",
+        "engine.args.enforce-eager=false engine.args.block-size=32 engine.args.kv-cache-dtype=fp8"]))
+    engine = loaded.campaign.engine
+    assert engine is not None
+    assert (engine.served_model_name, engine.port, engine.version) == ("1.10", 9000, "0.10")
+    assert engine.args == {"max-model-len": 4096, "enforce-eager": False, "block-size": 32, "kv-cache-dtype": "fp8"}
+
+
+def test_the_readmes_json_override_sets_the_repeats(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(CAMPAIGN)
+    loaded = load_campaign(path, overrides=parse_overrides(['{"defaults": {"repeats": 3}}']))
+    assert loaded.campaign.defaults.repeats == 3
+    with pytest.raises(SpecError) as info:
+        load_campaign(path, overrides=parse_overrides(['{"repeats": 3}']))
+    assert info.value.lines == ["-e {...}: repeats: unknown key: did you mean 'defaults.repeats'?"]
+
+
+def test_deeply_nested_extra_vars_are_one_line(write_campaign: Callable[[str], Path],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    assert main([str(write_campaign(CAMPAIGN)), "--plan", "-e", deep]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["-e (the first): line 1: nests deeper than 32 levels: refused"]
 
 
 def test_an_override_value_is_data_never_a_template(write_campaign: Callable[[str], Path]) -> None:
@@ -97,17 +145,21 @@ def test_an_override_value_is_data_never_a_template(write_campaign: Callable[[st
     assert loaded.campaign.description == "{{ lookup('pipe', 'id') }}"
 
 
-def test_inventory_and_limit_replace_the_files(write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
+def test_inventory_replaces_the_files_and_limit_narrows_its_hosts(write_campaign: Callable[[str], Path],
+                                                                  tmp_path: Path) -> None:
     path = write_campaign(CAMPAIGN)
     other = tmp_path / "other"
     other.mkdir()
     (other / "hosts.yml").write_text("all:\n  hosts:\n    n1: {ansible_connection: local}\n"
                                      "    n2: {ansible_connection: local}\n")
     loaded = load_campaign(path, inventory=other, limit="n2")
-    assert loaded.inventory_path == other.resolve() and loaded.hosts == ("n2",)
+    assert loaded.inventory.sources == (str(other.resolve()),) and loaded.hosts == ("n2",)
+    assert loaded.inventory.from_command_line and loaded.options == (f"-i {other}", "-l n2")
     with pytest.raises(SpecError) as info:
         load_campaign(path, inventory=other, limit="n3")
-    assert info.value.lines == [f"-l n3: hosts: host pattern 'n3' matches no host in {other.resolve()}"]
+    assert info.value.lines == [f"-l n3: the limit leaves no host: the campaign's hosts 'all' are n1, n2 in "
+                                f"{other.resolve()}, and the limit matches none of them (ansible-playbook -l "
+                                "narrows a play's hosts, never adds to them)"]
 
 
 def test_only_keeps_experiments_and_modes_with_the_same_trial_ids(write_campaign: Callable[[str], Path]) -> None:
