@@ -145,10 +145,11 @@ class GroupWatcher:
                 size = 0
         member.usage.append([round(now, 3), round(cpu, 2), _int(io.get("read_bytes")), _int(io.get("rchar")), size])
 
-    def sample(self, now: float | None = None) -> None:
-        """The main processes' CPU, reads and profile size, at most every USAGE_EVERY_S."""
+    def sample(self, now: float | None = None, force: bool = False) -> None:
+        """The main processes' CPU, reads and profile size, at most every USAGE_EVERY_S (``force``: now,
+        at a moment the record marks, such as the log's first byte: the API server's imports end)."""
         now = self._now() if now is None else now
-        if now - self._sampled_at < USAGE_EVERY_S:
+        if now - self._sampled_at < USAGE_EVERY_S and not force:
             return
         self._sampled_at = now
         for member in self.members.values():

@@ -128,6 +128,8 @@ class Timer:
             with contextlib.suppress(OSError):
                 if self.log.stat().st_size > self._log_size_at_start:
                     self.mark("log_first_byte")
+                    if self.watch is not None:
+                        self.watch.sample(force=True)  # where the API server's imports end
 
     def _keep_processes(self) -> None:
         if self.watch is not None:

@@ -295,7 +295,9 @@ def _kind_sections(store: ResultsStore, records: dict[str, TrialRecord], plan: d
         spec = KINDS[name].report
         assert spec is not None
         frame = pd.DataFrame(rows).convert_dtypes()
-        atomic_write_text(store.root / spec.csv_name, frame.to_csv(index=False))
+        # A column named "_..." carries a structure to the kind's section only, never into its CSV.
+        shown = [c for c in frame.columns if not str(c).startswith("_")]
+        atomic_write_text(store.root / spec.csv_name, frame[shown].to_csv(index=False))
         if spec.section is not None:
             parts.append(spec.section(frame, store.root))
     return parts

@@ -18,8 +18,9 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["STARTUP_PHASES", "STARTUP_TITLE", "engine_note", "offload_figure", "offload_ttft_chart",
-           "offload_turn_wall_chart", "startup_chart", "startup_figure", "trial_engine"]
+__all__ = ["IMPORTS_TITLE", "STARTUP_PHASES", "STARTUP_TITLE", "engine_note", "import_bars", "imports_chart",
+           "offload_figure", "offload_ttft_chart", "offload_turn_wall_chart", "startup_chart", "startup_figure",
+           "trial_engine"]
 
 STARTUP_TITLE = "Startup to first token, by phase"
 # The startup timeline's phases in the order a start passes them (runner.parse.startup_timeline), bottom up.
@@ -270,3 +271,68 @@ def offload_turn_wall_chart(turns: pd.DataFrame, path: Path) -> Path | None:
     """Wall time of each whole turn (all sessions, behind the barrier) per mode."""
     return _offload_lines(turns, "turn_wall_s", path, "seconds per turn (all sessions)",
                           "Offload: turn wall time")
+
+
+# --- startup imports -----------------------------------------------------------------------------
+
+IMPORTS_TITLE = "Import seconds of each start, by package"
+_IMPORT_PACKAGES_SHOWN = 8  # the costliest over all plotted trials; the rest together
+_IMPORT_BARS = 40  # more trials than this: one bar per mode (the mean of its repeats)
+
+
+def imports_chart(bars: list[dict[str, Any]], path: Path, note: str = "") -> Path | None:
+    """Horizontal bars, one per trial (or per mode) and process, each its import window split into
+    the packages whose own modules took the seconds, the other packages, and what the profile does
+    not name. ``bars``: ``label``, ``seconds`` (the window) and ``packages`` (name -> seconds)."""
+    bars = [b for b in bars if b.get("seconds")]
+    if not bars:
+        return None
+    totals: dict[str, float] = {}
+    for bar in bars:
+        for name, seconds in bar["packages"].items():
+            totals[name] = totals.get(name, 0.0) + seconds
+    shown = sorted(totals, key=lambda k: -totals[k])[:_IMPORT_PACKAGES_SHOWN]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.32 * len(bars)))
+    colors = plt.get_cmap("tab10").colors
+    for row, bar in enumerate(reversed(bars)):
+        left = 0.0
+        parts = [(name, bar["packages"].get(name, 0.0)) for name in shown]
+        parts.append(("other packages", sum(v for k, v in bar["packages"].items() if k not in shown)))
+        parts.append(("not in the profile", max(0.0, bar["seconds"] - sum(bar["packages"].values()))))
+        for index, (name, seconds) in enumerate(parts):
+            color = colors[index % len(colors)] if index < len(shown) else ("0.6" if name == "other packages"
+                                                                             else "0.88")
+            ax.barh(row, seconds, left=left, color=color, edgecolor="white", linewidth=0.4,
+                    label=name if row == 0 else None)
+            left += seconds
+    ax.set_yticks(range(len(bars)), [b["label"] for b in reversed(bars)], fontsize=8)
+    ax.set_xlabel("seconds in the process's import window (API server: start to its first log line; "
+                  "EngineCore: its start to its first line)", fontsize=8)
+    ax.set_title(IMPORTS_TITLE)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _subtitle(fig, note)
+    return _save(plt, fig, path, IMPORTS_TITLE, note)
+
+
+def import_bars(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The bars of :func:`imports_chart` from the startup table's ``_imports`` (one per trial and
+    process; per mode, the repeats' mean, when there are more than ``_IMPORT_BARS``)."""
+    rows = [r for r in frame.to_dict("records") if r.get("status") == "ok" and isinstance(r.get("_imports"), dict)]
+    per_mode = len(rows) * 2 > _IMPORT_BARS
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        for process, label in (("api", "API server"), ("engine", "EngineCore")):
+            entry = r["_imports"].get(process)
+            if entry:
+                key = (str(r["mode"]), label) if per_mode else (f"{r['mode']} r{r['repeat']}", label)
+                groups.setdefault(key, []).append(entry)
+    bars = []
+    for (name, label), entries in groups.items():
+        packages: dict[str, float] = {}
+        for entry in entries:
+            for package, seconds in (entry.get("packages") or {}).items():
+                packages[package] = packages.get(package, 0.0) + seconds / len(entries)
+        bars.append({"label": f"{name} {label}", "seconds": sum(e["seconds"] for e in entries) / len(entries),
+                     "packages": packages})
+    return bars

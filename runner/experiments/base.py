@@ -86,8 +86,9 @@ class KindReport:
 
     ``rows`` turns one trial record (whatever its status) into rows of ``csv_name``; the report
     adds ``trial_id``, ``host``, ``mode``, ``repeat``, ``status`` and ``reason`` in front, so a
-    failed or skipped trial is a row too. ``section`` renders the kind's Markdown from the whole
-    table and may write figures next to ``report.md`` (it gets the results folder).
+    failed or skipped trial is a row too; a column whose name starts with ``_`` holds a structure
+    for the section only and stays out of the CSV. ``section`` renders the kind's Markdown from the
+    whole table and may write figures next to ``report.md`` (it gets the results folder).
     """
 
     csv_name: str

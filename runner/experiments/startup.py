@@ -31,6 +31,7 @@ from runner.experiments.node_plan import (
     to_json,
 )
 from runner.experiments.startup_imports import IMPORT_COLUMNS, import_metrics, pyc_metrics
+from runner.experiments.startup_imports_report import imports_section
 from runner.markdown import markdown_table
 from runner.parse.startup_timeline import PHASE_NAMES, timeline
 from runner.parse.vllm_log import parse_log_if_any
@@ -248,7 +249,9 @@ _REPORT_COLUMNS = ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction",
 
 def _rows(record: TrialRecord) -> list[dict[str, Any]]:
     metrics = record.get("metrics") or {}
-    return [{k: metrics.get(k) for k in _REPORT_COLUMNS}]
+    # "_" columns carry the import detail to the section, never into startup.csv.
+    return [{**{k: metrics.get(k) for k in _REPORT_COLUMNS}, "_imports": metrics.get("imports"),
+             "_pyc_packages": metrics.get("pyc_packages")}]
 
 
 def _resolution_line(ok: Any) -> str:
@@ -288,6 +291,7 @@ def _section(frame: Any, root: Path) -> str:
         extra = [c for c in ("wake_to_first_token_s", "stop_s", "gpu_mem_mib_after_stop", "page_cache_gib_after_stop")
                  if ok[c].notna().any()]
         lines.append(markdown_table(ok[["mode", "repeat", *_STATE_COLUMNS, *extra]]))
+    lines.append(imports_section(frame, root))
     return "\n".join(lines)
 
 

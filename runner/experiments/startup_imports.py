@@ -56,7 +56,9 @@ def _window(member: Mapping[str, Any], profile: ImportProfile | None, a: float, 
         lo, hi = _at(usage, start, a, column), _at(usage, start, b, column)
         return None if lo is None or hi is None else max(0.0, hi - lo)
 
-    out: dict[str, Any] = {"seconds": round(b - a, 3), "cpu_s": delta(_USAGE_CPU), "read_bytes": delta(_USAGE_READ)}
+    cpu = delta(_USAGE_CPU)
+    out: dict[str, Any] = {"seconds": round(b - a, 3), "cpu_s": None if cpu is None else round(cpu, 3),
+                           "read_bytes": delta(_USAGE_READ)}
     if profile is not None:
         lo, hi = _at(usage, start, a, _USAGE_PROFILE), _at(usage, start, b, _USAGE_PROFILE)
         packages = window(profile, hi, lo or 0.0) if hi is not None else {}

@@ -62,7 +62,7 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
                                                                tmp_path: Path) -> None:
     text = campaign(tmp_path, [
         ("cold", "first_start", 1), ("warm", "disk_cold, page_cache_warm", 2),
-        ("once", "fresh_container, sleep_wake, enforce_eager, runai_streamer", 1)])
+        ("once", "fresh_container, sleep_wake, enforce_eager, runai_streamer, bytecode_persisted", 1)])
     # A trial of another kind after them: its playbook does not wait for a turn, so it never starts early.
     path = write_campaign(text + "  - kind: selftest\n    modes: [noop]\n    repeats: 1\n")
     results = tmp_path / "results"
@@ -111,7 +111,7 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
     assert r["enforce_eager.r1"]["compile_s"] == r["enforce_eager.r1"]["graph_capture_s"] == ""
     report = (results / "report.md").read_text()
     assert "![startup phases](startup.png)" in report and (results / "startup.png").stat().st_size > 10_000
-    assert "Phase boundaries: 8 trials to 1 s." in report
+    assert "Phase boundaries: 9 trials to 1 s." in report
     # The engine's stop is measured: what a restart pays before its start.
     assert all(0 < float(row["stop_s"]) < 30 for row in r.values() if row["status"] == "ok")
 
@@ -147,6 +147,25 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
             assert json.loads((raw / "facts_after.json").read_text())["memory"]["total_bytes"] > 0, rec["id"]
     assert not list((results / "trials").glob("*/ansible/turn")) or all(
         t.read_text().strip() == "go" for t in (results / "trials").glob("*/ansible/turn"))
+    # The imports, to the package: every started engine's processes profiled apart from its log, the
+    # API server's window split by package, its CPU beside the window; the persisted bytecode leaves
+    # no counted module without a usable .pyc, and says it compiled it before the start.
+    for trial, row in r.items():
+        if row["status"] != "ok":
+            continue
+        raw = next((results / "trials").glob(f"*.{trial}@localhost")) / "raw" / "localhost"
+        assert "# process " in (raw / "importtime.txt").read_text(), trial
+        assert "import time:" not in (raw / "server.log").read_text(), trial
+        assert row["import_top_package"] in {"stdlib", "aiohttp", "nodetools"}, (trial, row["import_top_package"])
+        assert 0 < float(row["api_import_cpu_s"]) <= 1.5 * float(row["api_imports_s"]) + 0.5, trial
+        # The stand-in's EngineCore imports next to nothing (its start is modelled): the share is the API's.
+        assert 0.0 < float(row["import_profiled_fraction"]) <= 1.0, (trial, row["import_profiled_fraction"])
+    assert int(r["page_cache_warm.r1"]["pyc_missing_modules"]) >= 0
+    assert int(r["bytecode_persisted.r1"]["pyc_missing_modules"]) == 0
+    assert float(r["bytecode_persisted.r1"]["bytecode_compile_s"]) >= 0
+    assert "### The imports, to the package" in report and (results / "startup_imports.png").stat().st_size > 10_000
+    assert "_imports" not in (results / "startup.csv").read_text().splitlines()[0].split(",")
+
     # What --plan showed is what the node ran: each trial's planned engine command (plan.json) is the
     # one in the launch file its program wrote, and the one the timer recorded as it started it.
     planned = {t["id"]: t["launch"] for t in json.loads((results / "plan.json").read_text())["trials"]}

@@ -79,7 +79,7 @@ experiments:
     preload = list(trials["startup.preload"].node.commands["trial"])
     assert preload[preload.index("--vllm-subcommand") + 1:preload.index("--vllm-subcommand") + 3][0] == "preload"
     assert _option(preload, "--engine-python") == "/opt/torch/bin/python3"
-    assert _option(preload, "--bytecode-packages") == "vllm,torch,transformers"
+    assert _option(preload, "--bytecode-packages") == "vllm,torch,transformers,triton,flashinfer"
     launch = trials["startup.preload"].node.launch or {}
     assert launch["argv"][:4] == ["/opt/torch/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve"]
     assert launch["preload_port"] == 8001 and launch["secret_env"] == ["HF_TOKEN"]
