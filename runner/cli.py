@@ -4,8 +4,8 @@ Exit codes (README.md, "Exit codes"): 0 every trial ok or skipped by design; 1 s
 2 bad input (nothing on any node touched); 3 nothing failed, but a preflight refused a trial (the
 campaign's own settings, found before any host is touched, or the node's numbers) or no trial
 measured anything; 4 the results folder is held by another run or refused a write (disk full: the
-run stopped, what it wrote is whole); 130 interrupted (finished trials kept; run the same command
-again to resume).
+run stopped, what it wrote is whole); 5 the runner failed (a bug: one line, the traceback in a crash
+log); 130 interrupted (finished trials kept; run the same command again to resume).
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from runner.crash import crash_line
 from runner.errors import ResultsLockedError, ResultsWriteError, RunnerError, SpecError
 from runner.results_lock import ResultsLock
 from runner.secrets import Secrets
@@ -30,9 +33,21 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_RESULTS, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_CRASH = 5
 SUBCOMMANDS = ("run", "report", "parse-log")
 
 logger = logging.getLogger("runner")
+
+
+@dataclass
+class _CrashSite:
+    """What a crash log may use, as the command learns it: the results folder and the secrets."""
+
+    results: Path | None = None
+    scrub: Callable[[str], str] = str
+
+
+_crash_site = _CrashSite()
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -95,7 +110,8 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     loaded = select(load_campaign(args.campaign, overrides=parse_overrides(args.extra_vars),
                                   inventory=args.inventory, limit=args.limit), args.only)
     root = args.results or Path("results") / loaded.campaign.name
-    plan = expand(loaded, _cached_facts(root, loaded.hosts))
+    _crash_site.results = root
+    plan = expand(loaded, _cached_facts(root, loaded.hosts), results=root)
     if args.plan:
         _print_plan(plan.as_dict(), args.json)
         return EXIT_REFUSED if plan.refused else EXIT_OK
@@ -109,6 +125,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         raise SpecError([f"--parallel: must be >= 1, got {args.parallel}"])
     engine = loaded.campaign.engine
     secrets = Secrets.from_environment(engine.env_from_controller if engine else [], str(loaded.path))
+    _crash_site.scrub = secrets.scrub_text
     lock = ResultsLock(root)
     lock.acquire(argv)
     try:
@@ -164,16 +181,17 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
 
 
 def _cached_facts(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, object]]:
-    """Facts an earlier run gathered, for the plan checks that need a node's numbers."""
-    out = {}
-    for host in hosts:
-        try:
-            data = json.loads((root / "hosts" / host / "facts.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            out[host] = data
-    return out
+    """Facts an earlier run gathered, for the plan checks that need a node's numbers (read only:
+    ``--plan`` moves nothing; a run moves an unusable file aside when it gathers the facts again)."""
+    from runner.store import ResultsStore
+
+    try:
+        if not root.is_dir():
+            return {}
+    except OSError:  # a name over NAME_MAX: the plan's path check says so in one line
+        return {}
+    store = ResultsStore(root, quarantine=False)
+    return {host: facts for host in hosts if (facts := store.read_facts(host)) is not None}
 
 
 def _cmd_report(argv: list[str]) -> int:
@@ -182,7 +200,16 @@ def _cmd_report(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m runner report", description="Rebuild summary.csv and report.md.")
     p.add_argument("results_dir", type=Path)
     args = p.parse_args(argv)
-    csv_path, md_path = build_report(args.results_dir)
+    _crash_site.results = args.results_dir
+    if not args.results_dir.is_dir():
+        raise RunnerError(f"{args.results_dir}: not a results folder (no such folder)")
+    # Shared: reports may run side by side, never while a run writes the folder (refused at once).
+    lock = ResultsLock(args.results_dir)
+    lock.acquire(["report", *argv], shared=True)
+    try:
+        csv_path, md_path = build_report(args.results_dir)
+    finally:
+        lock.release()
     print(f"wrote {csv_path} and {md_path}")
     return EXIT_OK
 
@@ -213,6 +240,7 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _crash_site.results, _crash_site.scrub = None, str
     try:
         if argv and argv[0] == "report":
             return _cmd_report(argv[1:])
@@ -237,3 +265,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 -- a bug: one line; the traceback goes to a crash log
+        print(crash_line(exc, _crash_site.results, argv, _crash_site.scrub), file=sys.stderr)
+        return EXIT_CRASH

@@ -60,7 +60,7 @@ def check_modes(data: dict[str, Any]) -> tuple[list[dict[str, dict[str, Any]]], 
     modes: list[dict[str, dict[str, Any]]] = []
     errors: list[tuple[Loc, str]] = []
     for i, exp in enumerate(experiments if isinstance(experiments, list) else []):
-        if isinstance(exp, dict) and exp.get("kind") in KINDS:
+        if isinstance(exp, dict) and isinstance(exp.get("kind"), str) and exp["kind"] in KINDS:  # a list: unhashable
             validated, mode_errors = validate_modes(str(exp["kind"]), exp.get("modes"), i)
         else:
             validated, mode_errors = {}, []
