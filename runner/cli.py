@@ -234,6 +234,11 @@ def _cmd_parse_log(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def _one_line(text: str) -> str:
+    """A message as one line: a key or value it quotes may hold a newline or a terminal escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -254,13 +259,13 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_run(args, argv)
     except SpecError as exc:
         for line in exc.lines:
-            print(line, file=sys.stderr)
+            print(_one_line(line), file=sys.stderr)
         return EXIT_BAD_INPUT
     except (ResultsLockedError, ResultsWriteError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_RESULTS
     except RunnerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

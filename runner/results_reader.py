@@ -83,6 +83,8 @@ def _describe(value: Any) -> str:
 
 
 def _too_deep(value: Any, limit: int) -> bool:
+    if not isinstance(value, dict | list):
+        return False
     stack = [(value, 1)]
     while stack:
         v, depth = stack.pop()
