@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import SpecError
+from runner.results_reader import LOCK_NAME, QUARANTINE, RESERVE_NAME
 
 __all__ = ["NODE_LIMITS", "PathCheck", "PathLimits"]
 
@@ -27,7 +28,8 @@ FILE_ROOM = "f" * 64
 EVENT_FILE = "9999999-" + "0" * 36 + ".json"
 TEMP_FILE = ".summary.json.12345678.tmp"  # files.atomic_write_text: .<name>.<random>.tmp
 PREVIOUS_SUFFIX = ".20250101-000000~999"  # store.begin_trial moves an earlier attempt to previous/<id><suffix>
-ROOT_FILES = (".lock", ".reserve", "campaign.yaml", "plan.json", "run.json", "summary.csv", TEMP_FILE, "report.md")
+ROOT_FILES = (LOCK_NAME, RESERVE_NAME, QUARANTINE, "campaign.yaml", "plan.json", "run.json", "summary.csv", TEMP_FILE,
+              "report.md")
 
 
 @dataclass(frozen=True)
