@@ -14,13 +14,7 @@ from runner.cli import main
 from runner.paths import PathCheck
 from runner.results_lock import ResultsLock
 
-GOOD = """\
-name: demo
-inventory: inventory
-experiments:
-  - kind: selftest
-    modes: [noop]
-"""
+GOOD = "name: demo\ninventory: inventory\nexperiments: [{kind: selftest, modes: [noop]}]\n"
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a filesystem")
 
 
@@ -106,7 +100,7 @@ def test_a_long_host_and_experiment_are_refused_by_the_plan(write_campaign: Call
     # Before: --plan passed, and the run died with ENAMETOOLONG making the trial folder.
     host, experiment = "h" * 200, "e" * 64
     (tmp_path / "inventory" / "hosts.yml").write_text(f"all:\n  hosts:\n    {host}:\n      ansible_connection: local\n")
-    path = write_campaign(GOOD.replace("kind: selftest", f"kind: selftest\n    name: {experiment}"))
+    path = write_campaign(GOOD.replace("kind: selftest", f"kind: selftest, name: {experiment}"))
     results = tmp_path / "results"
     assert main([str(path), "--plan", "--results", str(results)]) == 3
     refused = [line for line in capsys.readouterr().out.splitlines() if "refused:" in line]
