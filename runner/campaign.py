@@ -458,7 +458,8 @@ def _close_run(store: ResultsStore, todo: dict[str, list[Trial]], run_info: dict
     (on a full disk, in the room the reserve kept). run.json gets the run's end."""
     if outcome.stopped:
         store.free_reserve()
-    why = crashed or (f"the results folder refused a write: {outcome.stopped}" if outcome.stopped else "stopped")
+    why = crashed or (f"the results folder refused a write: {outcome.stopped}" if outcome.stopped
+                      else "stopped by the user (Ctrl-C)" if outcome.interrupted else "stopped")
     with contextlib.suppress(ResultsWriteError):  # the disk may still be full: the reason is printed
         marked = store.interrupt_running((t.id for trials in todo.values() for t in trials), why)
         if marked:

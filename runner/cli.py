@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -185,10 +186,7 @@ def _cached_facts(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, obj
     ``--plan`` moves nothing; a run moves an unusable file aside when it gathers the facts again)."""
     from runner.store import ResultsStore
 
-    try:
-        if not root.is_dir():
-            return {}
-    except OSError:  # a name over NAME_MAX: the plan's path check says so in one line
+    if not os.path.isdir(root):  # noqa: PTH112 -- never raises (Path.is_dir does on a name over NAME_MAX)
         return {}
     store = ResultsStore(root, quarantine=False)
     return {host: facts for host in hosts if (facts := store.read_facts(host)) is not None}
@@ -201,7 +199,7 @@ def _cmd_report(argv: list[str]) -> int:
     p.add_argument("results_dir", type=Path)
     args = p.parse_args(argv)
     _crash_site.results = args.results_dir
-    if not args.results_dir.is_dir():
+    if not os.path.isdir(args.results_dir):  # noqa: PTH112 -- never raises (Path.is_dir does on a name over NAME_MAX)
         raise RunnerError(f"{args.results_dir}: not a results folder (no such folder)")
     # Shared: reports may run side by side, never while a run writes the folder (refused at once).
     lock = ResultsLock(args.results_dir)

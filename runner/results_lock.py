@@ -82,7 +82,8 @@ class ResultsLock:
             os.close(fd)
             _refuse(self.root, exc, f"cannot lock {LOCK_NAME}")
         info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": argv or [],
+                "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                "argv": [a[:200] for a in (argv or [])][:30],  # within _HOLDER_BYTES
                 "role": "report" if shared else "run"}
         with contextlib.suppress(OSError):  # a full disk: the lock holds all the same, naming no holder
             os.ftruncate(fd, 0)
