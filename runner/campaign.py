@@ -9,6 +9,7 @@ trials are recorded as ``interrupted`` and the next run picks them up.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -31,6 +32,7 @@ from runner.plan import Plan, Trial, node_python
 from runner.progress import Progress
 from runner.provenance import REPO_ROOT, git_state, inventory_digest, tool_versions
 from runner.records import TrialRecord, TrialStatus
+from runner.results_reader import ResultsReader
 from runner.secrets import Secrets
 from runner.spec import LoadedCampaign
 from runner.store import ResultsStore
@@ -41,6 +43,7 @@ __all__ = ["CampaignOutcome", "run_campaign"]
 logger = logging.getLogger(__name__)
 
 REFUSED_PREFIX = "preflight refused"
+_DISK_REFUSALS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 
 @dataclass
@@ -122,7 +125,7 @@ def _start_early(ctx: _Ctx, trial: Trial, wait_s: float) -> EarlyRun:
     """Start ``trial``'s first phase now; its first task waits for the turn (runner/overlap.py)."""
     phase = KINDS[trial.kind].phases[0]
     trial_dir = ctx.store.begin_trial(trial.id)
-    (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
+    ctx.store.make_dir(trial_dir / "raw" / trial.host)  # the playbooks' fetch target, by contract
     early = EarlyRun(trial.id, trial_dir, Turn(trial_dir / "ansible" / "turn"))
     try:
         extravars = {**_extravars(ctx, trial, trial_dir), "exp_turn_file": str(early.turn.path),
@@ -158,10 +161,10 @@ def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, 
 
 def _skip_reason(trial_dir: Path) -> str | None:
     """A playbook skips by design by writing ``skip.txt`` (its reason) to the trial folder."""
-    path = trial_dir / "skip.txt"
-    if not path.is_file():
+    text = ResultsReader(trial_dir, quarantine=False).text("skip.txt")  # a FIFO there must not hang the run
+    if text is None:
         return None
-    return path.read_text().strip() or "skipped by the playbook"
+    return text.strip() or "skipped by the playbook"
 
 
 def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_error: str,
@@ -179,7 +182,7 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     ctx.progress.trial_started(trial.id, trial.host)
     extravars = _extravars(ctx, trial, trial_dir)
     if early is None:
-        (trial_dir / "raw" / trial.host).mkdir(parents=True)  # the playbooks' fetch target, by contract
+        ctx.store.make_dir(trial_dir / "raw" / trial.host)  # the playbooks' fetch target, by contract
     overlap = _overlap(ctx, next_trial if not preflight_error else None, trial.timeout_s)
     try:
         return _run_phases(ctx, trial, kind, trial_dir, record, extravars, preflight_error, early, overlap), \
@@ -309,6 +312,11 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     except ResultsWriteError as exc:  # a full disk stops the run; every file already written is whole
         ctx.stopped.append(str(exc))
         ctx.stop.set()
+    except OSError as exc:  # the same, met by a write outside the store (an artifact scrubbed in place)
+        if exc.errno not in _DISK_REFUSALS:
+            raise
+        ctx.stopped.append(str(ResultsWriteError(exc.filename or ctx.store.root, exc)))
+        ctx.stop.set()
     finally:
         if early is not None:  # started early, never given its turn: nothing of it ran on the node
             early.cancel()
@@ -318,7 +326,7 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
 def _freeze(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, argv: list[str]) -> dict[str, Any]:
     store.write_text("campaign.yaml", loaded.text)
     store.write_json("plan.json", plan.as_dict())
-    run_info = store.read_json("run.json") or {"runs": []}
+    run_info = store.read_run() or {"runs": []}
     run_info.update(
         campaign=loaded.campaign.name, campaign_file=str(loaded.path), tools=tool_versions(), git=git_state(),
         inventory=inventory_digest(loaded.inventory.sources), hosts=list(loaded.hosts),
@@ -337,6 +345,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
         progress.note(f"stopped {len(orphans)} process(es) an earlier, killed run of this folder left behind")
     secrets = secrets or Secrets()
     try:
+        store.hold_reserve()
         run_info = _freeze(loaded, plan, store, argv or [])
     except ResultsWriteError as exc:
         return CampaignOutcome(stopped=str(exc))
@@ -358,6 +367,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
     progress.start(sum(len(t) for t in todo.values()), kept)
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="host")
     futures: set[Future[dict[str, int]]] = {pool.submit(_host_worker, ctx, h, ts) for h, ts in todo.items()}
+    crashed = ""
     try:
         while futures:
             done, futures = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -371,13 +381,33 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
         for f in futures:
             for status, n in f.result().items():
                 outcome.counts[status] = outcome.counts.get(status, 0) + n
+    except BaseException as exc:  # a crash (the CLI reports it, exit 5): the other hosts stop too
+        stop.set()
+        crashed = f"the runner failed: {type(exc).__name__}"
+        raise
     finally:
         pool.shutdown(wait=True)
         progress.stop()
         reap(f"{results_id(store.root)}:{os.getpid()}:")  # nothing of this run outlives it
         outcome.stopped = "; ".join(ctx.stopped)
-        run_info["runs"][-1].update(ended=time.time(), counts=outcome.counts, interrupted=outcome.interrupted,
-                                    stopped=outcome.stopped)
-        with contextlib.suppress(ResultsWriteError):  # the disk may still be full: the reason is printed
-            store.write_json("run.json", run_info)
+        _close_run(store, todo, run_info, outcome, crashed)
     return outcome
+
+
+def _close_run(store: ResultsStore, todo: dict[str, list[Trial]], run_info: dict[str, Any],
+               outcome: CampaignOutcome, crashed: str) -> None:
+    """No trial stays ``running``: a stopped or crashed run marks what it left so ``interrupted``
+    (on a full disk, in the room the reserve kept). run.json gets the run's end."""
+    if outcome.stopped:
+        store.free_reserve()
+    why = crashed or (f"the results folder refused a write: {outcome.stopped}" if outcome.stopped
+                      else "stopped by the user (Ctrl-C)" if outcome.interrupted else "stopped")
+    with contextlib.suppress(ResultsWriteError):  # the disk may still be full: the reason is printed
+        marked = store.interrupt_running((t.id for trials in todo.values() for t in trials), why)
+        if marked:
+            outcome.counts[TrialStatus.INTERRUPTED] = outcome.counts.get(TrialStatus.INTERRUPTED, 0) + len(marked)
+    run_info["runs"][-1].update(ended=time.time(), counts=outcome.counts, interrupted=outcome.interrupted,
+                                stopped=outcome.stopped)
+    with contextlib.suppress(ResultsWriteError):
+        store.write_json("run.json", run_info)
+    store.free_reserve()

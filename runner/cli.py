@@ -4,8 +4,8 @@ Exit codes (README.md, "Exit codes"): 0 every trial ok or skipped by design; 1 s
 2 bad input (nothing on any node touched); 3 nothing failed, but a preflight refused a trial (the
 campaign's own settings, found before any host is touched, or the node's numbers) or no trial
 measured anything; 4 the results folder is held by another run or refused a write (disk full: the
-run stopped, what it wrote is whole); 130 interrupted (finished trials kept; run the same command
-again to resume).
+run stopped, what it wrote is whole); 5 the runner failed (a bug: one line, the traceback in a crash
+log); 130 interrupted (finished trials kept; run the same command again to resume).
 """
 
 from __future__ import annotations
@@ -13,15 +13,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from runner import __version__
+from runner.crash import crash_line
 from runner.errors import ResultsLockedError, ResultsWriteError, RunnerError, SpecError
 from runner.results_lock import ResultsLock
 from runner.secrets import Secrets
@@ -33,9 +37,21 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_RESULTS, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_CRASH = 5
 SUBCOMMANDS = ("run", "report", "parse-log")
 
 logger = logging.getLogger("runner")
+
+
+@dataclass
+class _CrashSite:
+    """What a crash log may use, as the command learns it: the results folder and the secrets."""
+
+    results: Path | None = None
+    scrub: Callable[[str], str] = str
+
+
+_crash_site = _CrashSite()
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -131,7 +147,8 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     loaded = select(load_campaign(args.campaign, overrides=parse_overrides(args.extra_vars),
                                   inventory=args.inventory or None, limit=args.limit), args.only)
     root = args.results or Path("results") / loaded.campaign.name
-    plan = expand(loaded, _cached_facts(root, loaded.hosts))
+    _crash_site.results = root
+    plan = expand(loaded, _cached_facts(root, loaded.hosts), results=root)
     if args.plan:
         _print_plan(plan.as_dict(), args.json, args.show_launch)
         return EXIT_REFUSED if plan.refused else EXIT_OK
@@ -145,6 +162,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         raise SpecError([f"--parallel: must be >= 1, got {args.parallel}"])
     engine = loaded.campaign.engine
     secrets = Secrets.from_environment(engine.env_from_controller if engine else [], str(loaded.path))
+    _crash_site.scrub = secrets.scrub_text
     lock = ResultsLock(root)
     lock.acquire(argv)
     try:
@@ -200,16 +218,14 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
 
 
 def _cached_facts(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, object]]:
-    """Facts an earlier run gathered, for the plan checks that need a node's numbers."""
-    out = {}
-    for host in hosts:
-        try:
-            data = json.loads((root / "hosts" / host / "facts.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            out[host] = data
-    return out
+    """Facts an earlier run gathered, for the plan checks that need a node's numbers (read only:
+    ``--plan`` moves nothing; a run moves an unusable file aside when it gathers the facts again)."""
+    from runner.store import ResultsStore
+
+    if not os.path.isdir(root):  # noqa: PTH112 -- never raises (Path.is_dir does on a name over NAME_MAX)
+        return {}
+    store = ResultsStore(root, quarantine=False)
+    return {host: facts for host in hosts if (facts := store.read_facts(host)) is not None}
 
 
 def _cmd_report(argv: list[str]) -> int:
@@ -218,7 +234,16 @@ def _cmd_report(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m runner report", description="Rebuild summary.csv and report.md.")
     p.add_argument("results_dir", type=Path)
     args = p.parse_args(argv)
-    csv_path, md_path = build_report(args.results_dir)
+    _crash_site.results = args.results_dir
+    if not os.path.isdir(args.results_dir):  # noqa: PTH112 -- never raises (Path.is_dir does on a name over NAME_MAX)
+        raise RunnerError(f"{args.results_dir}: not a results folder (no such folder)")
+    # Shared: reports may run side by side, never while a run writes the folder (refused at once).
+    lock = ResultsLock(args.results_dir)
+    lock.acquire(["report", *argv], shared=True)
+    try:
+        csv_path, md_path = build_report(args.results_dir)
+    finally:
+        lock.release()
     print(f"wrote {csv_path} and {md_path}")
     return EXIT_OK
 
@@ -243,12 +268,18 @@ def _cmd_parse_log(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def _one_line(text: str) -> str:
+    """A message as one line: a key or value it quotes may hold a newline or a terminal escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _crash_site.results, _crash_site.scrub = None, str
     try:
         if argv and argv[0] == "report":
             return _cmd_report(argv[1:])
@@ -262,14 +293,17 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_run(args, argv)
     except SpecError as exc:
         for line in exc.lines:
-            print(line, file=sys.stderr)
+            print(_one_line(line), file=sys.stderr)
         return EXIT_BAD_INPUT
     except (ResultsLockedError, ResultsWriteError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_RESULTS
     except RunnerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 -- a bug: one line; the traceback goes to a crash log
+        print(crash_line(exc, _crash_site.results, argv, _crash_site.scrub), file=sys.stderr)
+        return EXIT_CRASH

@@ -254,8 +254,8 @@ def start_phase(
     def run() -> None:
         try:
             running._runner = ansible_runner.run(**kwargs)
-        except Exception as exc:  # a broken run is a recorded failure, not a crash (logged with its traceback)
-            logger.exception("ansible-runner could not run phase %s", phase)
+        except Exception as exc:  # a broken run is a recorded failure, not a crash (its traceback with -v)
+            logger.debug("ansible-runner could not run phase %s", phase, exc_info=True)
             running._error = str(exc)
 
     # ansible_runner.run in a thread of ours, not run_async: an exception it raises (a full disk)

@@ -26,8 +26,8 @@ def gather_facts(store: ResultsStore, loaded: LoadedCampaign, host: str,
                  cancel: threading.Event) -> tuple[dict[str, Any] | None, str]:
     """The host's facts (``hosts/<host>/facts.json``), or the reason its preflight failed: an
     unreachable host fails all its trials at once."""
-    host_dir = store.root / "hosts" / host
-    host_dir.mkdir(parents=True, exist_ok=True)
+    host_dir = store.make_dir(store.root / "hosts" / host)
+    store.read_facts(host)  # an earlier file that cannot be used (a FIFO, a link) is moved aside first
     dest = host_dir / "facts.json"
     result = run_phase(
         phase="preflight", playbook=REPO_ROOT / FACTS_PLAYBOOK, project_dir=REPO_ROOT,
@@ -39,8 +39,7 @@ def gather_facts(store: ResultsStore, loaded: LoadedCampaign, host: str,
     if not result.ok:
         reason = result.failures[0].one_line() if result.failures else result.status
         return None, f"host preflight failed: {reason}"
-    facts = store.read_json(Path("hosts") / host / "facts.json")
-    return (facts if isinstance(facts, dict) else None), ""
+    return store.read_facts(host), ""
 
 
 def host_answers(root: Path, loaded: LoadedCampaign, host: str, cancel: threading.Event) -> bool:

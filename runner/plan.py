@@ -14,12 +14,14 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runner.errors import SpecError
 from runner.experiments import KINDS
 from runner.experiments.base import Resources, TrialContext
 from runner.experiments.node_plan import NodePlan
+from runner.paths import PathCheck
 from runner.spec import MAX_TRIALS, LoadedCampaign
 
 __all__ = ["Plan", "Trial", "expand", "node_python", "remote_dir", "trial_id"]
@@ -115,12 +117,15 @@ def _check_size(loaded: LoadedCampaign) -> None:
                          f"{MAX_TRIALS} one run may plan (modes x repeats x hosts); split it"])
 
 
-def expand(loaded: LoadedCampaign, facts: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+def expand(loaded: LoadedCampaign, facts: Mapping[str, Mapping[str, Any]] | None = None,
+           results: Path | None = None) -> Plan:
     """The trial matrix; ``facts`` (host -> facts of an earlier run) lets plan checks use the
-    node's numbers without touching it."""
+    node's numbers without touching it; with ``results`` (the results folder) every path the run
+    will create there is checked too, as those on the node always are."""
     _check_size(loaded)
     c = loaded.campaign
     python = node_python(loaded)
+    paths = PathCheck(campaign=c.name, remote_dir=c.remote_dir, results=results)
     trials: list[Trial] = []
     for exp, modes in zip(c.experiments, loaded.modes, strict=True):
         kind = KINDS[exp.kind]
@@ -141,7 +146,9 @@ def expand(loaded: LoadedCampaign, facts: Mapping[str, Mapping[str, Any]] | None
                         id=tid, host=host, experiment=exp.label,
                         kind=exp.kind, mode=mode, repeat=repeat, params=params, engine=engine,
                         timeout_s=timeout, resources=kind.resources(ctx), remote_dir=ctx.remote_dir,
-                        refusals=tuple(kind.plan_checks(ctx)), node=kind.node_plan(ctx),
+                        refusals=(*kind.plan_checks(ctx),
+                                  *paths.refusals(tid, host, [p.name for p in kind.phases])),
+                        node=kind.node_plan(ctx),
                     ))
     ids = [t.id for t in trials]
     if len(set(ids)) != len(ids):

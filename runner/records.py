@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, TypedDict
 
-__all__ = ["FINISHED", "KEPT", "TrialRecord", "TrialStatus"]
+__all__ = ["FINISHED", "KEPT", "TRIAL_SHAPE", "TrialRecord", "TrialStatus"]
 
 
 class TrialStatus(StrEnum):
@@ -60,3 +60,15 @@ class TrialRecord(TypedDict, total=False):
     started: float
     ended: float
     duration_s: float
+
+
+_NUMBER = (int, float)
+# The shape a trial.json must have to be used (runner/results_reader.py: "!" marks a required key;
+# null stands for absent): a record a reader would trip over is moved aside instead.
+TRIAL_SHAPE = {
+    "id!": str, "experiment!": str, "kind!": str, "mode!": str, "repeat!": int, "host!": str, "status!": str,
+    "params": dict, "engine": {"kind": str, "args": dict}, "timeout_s": _NUMBER, "resources": dict,
+    "definition_hash": str, "remote_dir": str, "refusals": [str], "reason": str, "phases": [dict],
+    "metrics": dict, "engine_label": str, "host_facts": dict, "started": _NUMBER, "ended": _NUMBER,
+    "duration_s": _NUMBER,
+}

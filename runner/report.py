@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def summary_frame(store: ResultsStore, records: dict[str, TrialRecord] | None = 
 
 def _summary_rows(store: ResultsStore, records: dict[str, TrialRecord] | None = None,
                   plan: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    plan = plan or store.read_json("plan.json") or {"trials": []}
+    plan = plan or store.read_plan() or {"trials": []}
     records = dict(_load_records(store) if records is None else records)
     rows: list[dict[str, Any]] = []
     for t in plan["trials"]:
@@ -258,14 +259,15 @@ def _aggregate_section(trials: list[dict[str, Any]]) -> str:
 
 def _hosts_section(store: ResultsStore) -> str:
     rows = []
-    hosts_dir = store.root / "hosts"
-    for path in sorted(hosts_dir.glob("*/facts.json")) if hosts_dir.is_dir() else []:
-        facts = json.loads(path.read_text())
+    for host in store.hosts():
+        facts = store.read_facts(host)
+        if facts is None:
+            continue
         gpus = facts.get("gpus") or []
         names = sorted({g.get("name", "?") for g in gpus})
         mem = (facts.get("memory") or {}).get("total_bytes")
         rows.append({
-            "host": path.parent.name, "gpus": f"{len(gpus)} x {', '.join(names)}" if gpus else "none",
+            "host": host, "gpus": f"{len(gpus)} x {', '.join(names)}" if gpus else "none",
             "driver": facts.get("driver_version", ""), "kernel": facts.get("kernel", ""),
             "mem_gib": round(mem / 2**30, 1) if mem else None, "numa_nodes": len(facts.get("numa") or []),
         })
@@ -288,7 +290,11 @@ def _kind_sections(store: ResultsStore, records: dict[str, TrialRecord], plan: d
             continue
         front = {"trial_id": record["id"], "host": record["host"], "mode": record["mode"],
                  "repeat": record["repeat"], "status": record.get("status"), "reason": record.get("reason", "")}
-        rows = kind.report.rows(record) or [{}]
+        try:
+            rows = kind.report.rows(record) or [{}]
+        except Exception:  # a record edited by hand: its row stays, without the kind's columns
+            logger.warning("could not read %s for the %s table", record["id"], kind.name, exc_info=True)
+            rows = [{}]
         by_kind.setdefault(kind.name, []).extend({**front, **row} for row in rows)
     parts = []
     for name, rows in by_kind.items():
@@ -306,15 +312,17 @@ def _kind_sections(store: ResultsStore, records: dict[str, TrialRecord], plan: d
 def build_report(root: Path) -> tuple[Path, Path]:
     """Write ``summary.csv``, ``summary.json`` and ``report.md`` under ``root``; return the paths of
     the CSV and the Markdown."""
-    if not (root / "plan.json").is_file():
+    if not root.is_dir():
+        raise RunnerError(f"{root}: not a results folder (not a folder)")
+    if not os.path.lexists(root / "plan.json"):
         raise RunnerError(f"{root}: not a results folder (no plan.json): run a campaign first")
     store = ResultsStore(root)
     records = _load_records(store)
-    plan = store.read_json("plan.json") or {"trials": []}
+    plan = store.read_plan() or {"trials": []}
     rows = _summary_rows(store, records, plan)
     frame = _frame(rows)
     trials = typed_rows(frame, rows)
-    run = store.read_json("run.json") or {}
+    run = store.read_run() or {}
     campaign = str(run.get("campaign") or plan.get("campaign") or root.name)
     counts = frame["status"].value_counts().to_dict() if not frame.empty else {}
     engines = sorted(set(frame["engine"])) if not frame.empty else []
@@ -345,5 +353,10 @@ def build_report(root: Path) -> tuple[Path, Path]:
     not_ok = frame[frame["status"] != "ok"] if not frame.empty else frame
     parts.append("\n## Not ok: failed, skipped, interrupted and pending trials, with reasons\n")
     parts.append(markdown_table(not_ok[["trial_id", "host", "status", "reason"]] if not not_ok.empty else not_ok))
+    if store.problems:
+        parts.append("\n## Files that could not be used\n")
+        parts.append("Each is left out of this report and, where it could be moved, kept under `quarantine/`; "
+                     "a resumed run repeats its trial.\n")
+        parts.extend(f"- `{line}`" for line in store.problems)
     md_path = atomic_write_text(store.root / "report.md", "\n".join(parts) + "\n")
     return csv_path, md_path

@@ -9,7 +9,6 @@ trial's ``trials/<trial_id>/trial.json`` in the results folder the chart is writ
 
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 from collections.abc import Iterable, Mapping
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from runner.results_reader import ResultsReader
 
 __all__ = ["IMPORTS_TITLE", "STARTUP_PHASES", "STARTUP_TITLE", "engine_note", "import_bars", "imports_chart",
            "offload_figure", "offload_ttft_chart", "offload_turn_wall_chart", "startup_chart", "startup_figure",
@@ -66,13 +67,11 @@ def _plotted_engines(frame: pd.DataFrame, root: Path) -> list[dict[str, str]]:
         return out
     ids: Iterable[Any] = dict.fromkeys(frame["trial_id"]) if "trial_id" in frame.columns else ()
     out = []
+    reader = ResultsReader(root, quarantine=False)  # bounded, regular files inside the folder only
     for trial_id in ids:
-        path = root / "trials" / str(trial_id) / "trial.json"
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        out.append(trial_engine(record))
+        record = reader.json(Path("trials") / str(trial_id) / "trial.json", dict)
+        if record is not None:
+            out.append(trial_engine(record))
     return out
 
 

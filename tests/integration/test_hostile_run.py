@@ -19,6 +19,7 @@ import yaml
 from runner.cli import main
 from runner.inventory import Inventory
 from runner.livelog import LogFollower
+from runner.progress import QuietProgress
 from runner.results_lock import ResultsLock
 from runner.supervise import _holders, results_id
 from tests.support.sshd_hosts import SshHostSet, _descendants
@@ -159,12 +160,76 @@ def test_a_full_disk_stops_the_run_with_one_line_and_whole_files(write_campaign:
         (line,) = [x for x in captured.err.splitlines() if x.startswith("error:")]
         assert "No space left on device" in line and "Traceback" not in captured.err
         for trial in results.glob("trials/*/trial.json"):
-            json.loads(trial.read_text())  # every file written is whole
+            assert json.loads(trial.read_text())["status"] != "running"  # every file written is whole
         for name in ("plan.json", "run.json"):
             if (results / name).exists():
                 json.loads((results / name).read_text())
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs")
+def test_a_disk_full_mid_run_leaves_no_trial_running_and_no_traceback(write_campaign: Callable[[str], Path],
+                                                                      tmp_path: Path) -> None:
+    # Before: ansible-runner's traceback on the terminal, and the trial it was writing left `running`.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "filler").write_bytes(b"\0" * (1024 * 1024 - 400 * 1024))  # room for the reserve and a trial
+        path = _campaign(write_campaign, "  - kind: selftest\n    modes: [noop]\n    repeats: 40\n")
+        results = disk / "results"
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run([sys.executable, "-m", "runner", str(path), "--quiet", "--no-follow", "--results",
+                               str(results)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+                              check=False)
+        assert done.returncode == 4
+        assert "Traceback" not in done.stderr
+        (line,) = [x for x in done.stderr.splitlines() if x.startswith("error:")]
+        assert "No space left on device" in line
+        records = [json.loads(p.read_text()) for p in results.glob("trials/*/trial.json")]
+        assert records  # the disk filled while trials ran
+        assert [r["id"] for r in records if r["status"] == "running"] == []
+        stopped = [r for r in records if r["status"] == "interrupted"]
+        assert all(r["reason"].startswith("the run stopped before it ended (the results folder refused a write: ")
+                   for r in stopped)
+        run = json.loads((results / "run.json").read_text())
+        assert run["runs"][-1]["stopped"] and not (results / ".reserve").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_crash_mid_run_is_one_line_a_log_and_no_trial_left_running(write_campaign: Callable[[str], Path],
+                                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = _campaign(write_campaign, "  - kind: selftest\n    modes: [noop]\n")
+    results = tmp_path / "results"
+
+    def broken(self: QuietProgress, trial_id: str, host: str) -> None:
+        raise RuntimeError("the display broke")
+
+    monkeypatch.setattr(QuietProgress, "trial_started", broken)  # fault injected: every known one is fixed
+    assert main([str(path), "--quiet", "--no-follow", "--results", str(results)]) == 5
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: internal error: RuntimeError: the display broke at runner/campaign.py:")
+    (log,) = results.glob("crash-*.log")
+    assert f"the traceback is in {log}." in line
+    (record,) = [json.loads(p.read_text()) for p in results.glob("trials/*/trial.json")]
+    assert record["status"] == "interrupted"
+    assert record["reason"] == ("the run stopped before it ended (the runner failed: RuntimeError); the next run "
+                                "repeats it")
+
+
+def test_a_250_character_results_name_runs(write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
+    # Before: the lock file beside the folder (.<name>.lock) overflowed NAME_MAX: a traceback.
+    path = _campaign(write_campaign, "  - kind: selftest\n    modes: [noop]\n")
+    results = tmp_path / ("r" * 250)
+    assert main([str(path), "--quiet", "--no-follow", "--results", str(results)]) == 0
+    assert main([str(path), "--quiet", "--no-follow", "--fresh", "--results", str(results)]) == 0
+    (aside,) = [p for p in tmp_path.iterdir() if ".before-" in p.name]
+    assert (aside / "plan.json").is_file() and (results / "plan.json").is_file()
 
 
 def test_a_frozen_host_fails_fast_and_the_others_go_on(ssh_hosts: SshHostSet, ssh_inventory: Path,

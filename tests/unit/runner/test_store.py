@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import ResultsWriteError
+from runner.errors import ResultsLockedError, ResultsWriteError, RunnerError
 from runner.plan import Trial
+from runner.results_lock import ResultsLock
 from runner.store import ResultsStore, atomic_write_text
 
 
@@ -77,3 +78,44 @@ def test_fresh_moves_earlier_results_aside(tmp_path: Path) -> None:
     assert not (root / "run.json").exists()
     (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("camp.before-")]
     assert (aside / "run.json").is_file()
+
+
+def test_fresh_keeps_the_folder_and_its_lock(tmp_path: Path) -> None:
+    # The lock is inside the folder: --fresh moves what it holds, never the folder, so a second run
+    # that starts meanwhile still finds the first one's lock.
+    root = tmp_path / "camp"
+    with ResultsLock(root):
+        ResultsStore.open(root).write_json("plan.json", {"trials": []})
+        inode = root.stat().st_ino
+        ResultsStore.open(root, fresh=True)
+        assert root.stat().st_ino == inode and [p.name for p in root.iterdir()] == [".lock"]
+        with pytest.raises(ResultsLockedError):
+            ResultsLock(root).acquire()
+
+
+def test_fresh_never_moves_a_folder_that_holds_no_results(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(RunnerError, match="not a results folder, and nothing of it was moved"):
+        ResultsStore.open(tmp_path, fresh=True)
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_stopped_run_marks_its_running_trials_interrupted(tmp_path: Path) -> None:
+    store = ResultsStore.open(tmp_path / "r")
+    running, done = make_trial("noop"), make_trial("sleep")
+    for trial, status in ((running, "running"), (done, "ok")):
+        store.begin_trial(trial.id)
+        store.save_trial(trial.id, {**trial.as_dict(), "status": status, "started": 1.0})
+    assert store.interrupt_running([running.id, done.id, "x.never.r1@h"], "the runner failed: KeyError") == [running.id]
+    record = store.load_trial(running.id)
+    assert record is not None and record["status"] == "interrupted"
+    assert record["reason"] == "the run stopped before it ended (the runner failed: KeyError); the next run repeats it"
+    assert (store.load_trial(done.id) or {}).get("status") == "ok"
+
+
+def test_a_folder_the_disk_refuses_in_begin_trial_is_a_write_error(tmp_path: Path) -> None:
+    # Before: a bare OSError out of a host's worker (a full disk's ENOSPC the same): a traceback.
+    store = ResultsStore.open(tmp_path / "r")
+    (store.root / "trials").write_text("in the way\n")
+    with pytest.raises(ResultsWriteError, match=r"cannot write .*/trials/x\.noop\.r1@h: Not a directory"):
+        store.begin_trial("x.noop.r1@h")
