@@ -8,7 +8,6 @@ trials are recorded as ``interrupted`` and the next run picks them up.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -30,9 +29,10 @@ from runner.livelog import LogFollower, start_following
 from runner.overlap import EarlyRun, Overlap, Turn, start_early
 from runner.plan import Plan, Trial, node_python
 from runner.progress import Progress
-from runner.provenance import REPO_ROOT, git_state, inventory_digest, tool_versions
+from runner.provenance import REPO_ROOT
 from runner.records import TrialRecord, TrialStatus
 from runner.results_reader import ResultsReader
+from runner.run_record import close_run, open_run
 from runner.secrets import Secrets
 from runner.spec import LoadedCampaign
 from runner.store import ResultsStore
@@ -323,19 +323,6 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     return counts
 
 
-def _freeze(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, argv: list[str]) -> dict[str, Any]:
-    store.write_text("campaign.yaml", loaded.text)
-    store.write_json("plan.json", plan.as_dict())
-    run_info = store.read_run() or {"runs": []}
-    run_info.update(
-        campaign=loaded.campaign.name, campaign_file=str(loaded.path), tools=tool_versions(), git=git_state(),
-        inventory=inventory_digest(loaded.inventory.sources), hosts=list(loaded.hosts),
-    )
-    run_info["runs"].append({"started": time.time(), "argv": argv})
-    store.write_json("run.json", run_info)
-    return run_info
-
-
 def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progress: Progress, *,
                  retry_failed: bool = False, parallel: int = 8, follow: bool = True,
                  argv: list[str] | None = None, secrets: Secrets | None = None) -> CampaignOutcome:
@@ -346,7 +333,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
     secrets = secrets or Secrets()
     try:
         store.hold_reserve()
-        run_info = _freeze(loaded, plan, store, argv or [])
+        run_info = open_run(loaded, plan, store, argv or [])
     except ResultsWriteError as exc:
         return CampaignOutcome(stopped=str(exc))
     todo: dict[str, list[Trial]] = {}
@@ -390,24 +377,9 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
         progress.stop()
         reap(f"{results_id(store.root)}:{os.getpid()}:")  # nothing of this run outlives it
         outcome.stopped = "; ".join(ctx.stopped)
-        _close_run(store, todo, run_info, outcome, crashed)
+        marked = close_run(store, (t.id for trials in todo.values() for t in trials), run_info, outcome.counts,
+                           outcome.interrupted, outcome.stopped, crashed)
+        if marked:
+            outcome.counts[TrialStatus.INTERRUPTED] = outcome.counts.get(TrialStatus.INTERRUPTED, 0) + marked
     return outcome
 
-
-def _close_run(store: ResultsStore, todo: dict[str, list[Trial]], run_info: dict[str, Any],
-               outcome: CampaignOutcome, crashed: str) -> None:
-    """No trial stays ``running``: a stopped or crashed run marks what it left so ``interrupted``
-    (on a full disk, in the room the reserve kept). run.json gets the run's end."""
-    if outcome.stopped:
-        store.free_reserve()
-    why = crashed or (f"the results folder refused a write: {outcome.stopped}" if outcome.stopped
-                      else "stopped by the user (Ctrl-C)" if outcome.interrupted else "stopped")
-    with contextlib.suppress(ResultsWriteError):  # the disk may still be full: the reason is printed
-        marked = store.interrupt_running((t.id for trials in todo.values() for t in trials), why)
-        if marked:
-            outcome.counts[TrialStatus.INTERRUPTED] = outcome.counts.get(TrialStatus.INTERRUPTED, 0) + len(marked)
-    run_info["runs"][-1].update(ended=time.time(), counts=outcome.counts, interrupted=outcome.interrupted,
-                                stopped=outcome.stopped)
-    with contextlib.suppress(ResultsWriteError):
-        store.write_json("run.json", run_info)
-    store.free_reserve()
