@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
+import re
 import subprocess
 from collections.abc import Sequence
 from importlib import metadata
@@ -30,7 +32,29 @@ def tool_versions() -> dict[str, str]:
     return out
 
 
+COMMIT_VARIABLE = "GPU_CAMPAIGN_COMMIT"  # the commit of a tree copied without its .git, said by whoever copied it
+_EXPORTED = REPO_ROOT / "runner" / "COMMIT"  # `git archive` writes the commit into it (.gitattributes: export-subst)
+
+
 def git_state(repo: Path = REPO_ROOT) -> dict[str, Any]:
+    """The commit this tree is (``sha``), whether it has changes (``dirty``: None where unknown) and how
+    that is known (``source``): git itself, the commit ``git archive`` wrote into ``runner/COMMIT``,
+    or ``GPU_CAMPAIGN_COMMIT`` in the environment (a tree copied without its .git)."""
+    state = _git_state(repo)
+    if state["sha"]:
+        return {**state, "source": "git"}
+    if re.fullmatch(r"[0-9a-f]{40}", os.environ.get(COMMIT_VARIABLE, "").strip()):
+        return {"sha": os.environ[COMMIT_VARIABLE].strip(), "dirty": None, "source": "environment"}
+    try:
+        exported = _EXPORTED.read_text().strip()
+    except OSError:
+        exported = ""
+    if re.fullmatch(r"[0-9a-f]{40}", exported):
+        return {"sha": exported, "dirty": None, "source": "archive"}
+    return {"sha": None, "dirty": None, "source": None}
+
+
+def _git_state(repo: Path) -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
