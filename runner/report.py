@@ -28,6 +28,7 @@ from runner.experiments import KINDS
 from runner.experiments.base import TrialContext
 from runner.files import atomic_write_text
 from runner.markdown import markdown_table
+from runner.overhead import overhead_line
 from runner.records import TrialRecord
 from runner.store import ResultsStore
 
@@ -339,6 +340,9 @@ def build_report(root: Path) -> tuple[Path, Path]:
         "- data: `summary.csv` (one row per trial), `summary.json` (the same rows with typed values, plus the "
         "per-mode aggregates below)",
     ]
+    overhead = overhead_line(run.get("runs") or [], records.values())
+    if overhead:
+        parts.append(overhead)
     parts.extend(_kind_sections(store, records, plan))
     parts.append("\n## Hosts\n")
     parts.append(_hosts_section(store))
