@@ -192,9 +192,9 @@ def test_collect_brings_back_exactly_the_files_the_trial_wrote(
     # The node's copy and the fetched one are the same bytes; preload.log was never written, so
     # nothing was fetched for it (no stat and slurp of a missing file).
     # The timer recorded the node after the stop: no facts_after.json read by a module (0.64 s).
-    assert {p.name for p in raw.iterdir()} == {"server.log", "timings.json", "launch.json"}
+    assert {p.name for p in raw.iterdir()} == {"server.log", "timings.json", "launch.json", "importtime.txt"}
     node_dir = tmp_path / "remote" / "collect-drill" / host / f"startup.disk_cold.r1@{host}"
-    for name in ("server.log", "timings.json", "launch.json"):
+    for name in ("server.log", "timings.json", "launch.json", "importtime.txt"):
         assert (raw / name).read_bytes() == (node_dir / name).read_bytes(), name
     assert "preload.log" not in (trial / "ansible/artifacts/trial/stdout").read_text()  # one run a trial
     assert json.loads((raw / "timings.json").read_text())["node_after_stop"]["mem_total_bytes"] > 0
