@@ -9,7 +9,9 @@ old ``GB``, merged or separate KV-capacity lines, thousands separators, V0 and V
 optional milliseconds in timestamps. A log-collector wrapper around each line (``kubectl``, CRI
 log files, ``journalctl``, ``docker compose logs``, ``docker logs -t``, Cloud Logging JSON) is
 detected from the first lines and stripped (:mod:`runner.parse.log_wrappers`); ``wrapper``
-names it (``"none"`` for a bare log).
+names it (``"none"`` for a bare log). Whatever else precedes vLLM's line (a console's text export,
+a kernel log's stamp, a line shipper's timestamp, a mix of formats) is skipped too: the prefix is
+looked for where :func:`~runner.parse.log_wrappers.vllm_line_start` says vLLM's line begins.
 
 Output rules (see :func:`parse_log_text`):
 
@@ -96,8 +98,8 @@ set`` or ``Cudagraph is disabled under eager mode``), ``init_engine_s``, ``kv_ca
 every later phase as missing; the ``errors`` labels say why.
 
 A text is a vLLM log when at least one line carries vLLM's prefix (level and ``MM-DD
-HH:MM:SS`` timestamp) or a known vLLM message is found; otherwise :class:`ParseError` is
-raised. One server start per log is assumed (a file appended across restarts mixes them).
+HH:MM:SS`` timestamp), a known vLLM message or a kernel OOM-killer line is found (a node's kernel
+log is read for ``oom_killer`` alone); otherwise :class:`ParseError` is raised. One server start per log is assumed (a file appended across restarts mixes them).
 
 Input (:func:`parse_log_file`): a regular file, plain or gzip-compressed (magic bytes), read in
 chunks of whole lines. A FIFO, device, socket or directory is refused before any read, binary
@@ -131,7 +133,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner.errors import LogInputError, ParseError
-from runner.parse.log_wrappers import NONE, Wrapper, detect, rejoin_cri
+from runner.parse.log_wrappers import NONE, Wrapper, detect, rejoin_cri, vllm_line_start
 
 __all__ = [
     "ERROR_LABELS",
@@ -161,23 +163,28 @@ _DETECT_LINES = 64  # lines at the start from which the wrapper is detected
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
-# Everything that may precede vLLM's "LEVEL MM-DD HH:MM:SS [file.py:N] " prefix. The syslog,
-# docker-compose and docker-timestamp parts also catch such lines in a log that mixes formats
-# (a detected wrapper is stripped before this regex runs).
-_PREFIX_BODY = (
-    r"[ \t]*"
-    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ \S+: )?"  # syslog/journald
-    r"(?:[\w.@-]+[ \t]*\|[ \t]?)?"  # docker-compose "vllm-1  | "
-    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?[ \t]+)?"  # docker logs --timestamps
+# vLLM's own line prefix: "(PROCESS pid=N) ... LEVEL MM-DD HH:MM:SS [file.py:N] ". Whatever a
+# collector put before it (a wrapper that was not detected, a format of its own) is skipped by
+# :func:`_vllm_prefix`, which looks for it where :func:`vllm_line_start` says vLLM's line begins.
+_PREFIX_FAST = re.compile(
     r"(?:\((?P<proc>[A-Za-z_][^()]*)\)[ \t]*)*"  # (APIServer pid=1) (EngineCore pid=7)
     r"(?P<lvl>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+"
     r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)[ \t]+"
     r"(?:\[?[\w.<>/-]+:\d+\][ \t]*)?"  # [core.py:123] / core.py:123] / nothing
 )
-_PREFIX = re.compile(_PREFIX_BODY)
-# The common case (a line that starts with a process prefix or the level): the same match as
-# _PREFIX whenever it matches (the optional wrappers of _PREFIX cannot match such a line), faster.
-_PREFIX_FAST = re.compile(_PREFIX_BODY[_PREFIX_BODY.index(r"(?:\((?P<proc>") :])
+
+
+def _vllm_prefix(line: str) -> re.Match[str] | None:
+    """vLLM's prefix at the start of ``line`` (the common case, one ``match``) or wherever vLLM's line
+    begins in it."""
+    m = _PREFIX_FAST.match(line)
+    if m is None:
+        start = vllm_line_start(line)
+        if start > 0:
+            m = _PREFIX_FAST.match(line, start)
+    return m
+
+
 _PID = re.compile(r"pid=(\d+)")
 
 # Literal keywords: a line is looked at only when it contains one of them. Every message
@@ -476,7 +483,7 @@ class _Collector:
     # -- line entry point -------------------------------------------------------------------
 
     def feed(self, line: str) -> None:
-        m = _PREFIX_FAST.match(line) or _PREFIX.match(line)
+        m = _vllm_prefix(line)
         proc: str | None = None
         if m is not None:
             self.evidence += 1
@@ -510,6 +517,8 @@ class _Collector:
         for literal, label, search in _ERRORS:
             if literal in line and search(line) is not None:
                 (self.errors_after_shutdown if self.shutdown else self.errors).add(label)
+                if label == "oom_killer":  # the kernel's line: a node's kernel log is read for it alone
+                    self.evidence += 1
 
     # -- handlers: each returns True when it recognised the message ---------------------------
 
@@ -1094,7 +1103,7 @@ class _Edges:
             if inner is not None:
                 text = inner
         text = _clean(text)
-        m = _PREFIX_FAST.match(text) or _PREFIX.match(text)
+        m = _vllm_prefix(text)
         return m.group("ts") if m is not None else None
 
     def _find(self, chunk: bytes, spans: Iterator[tuple[int, int]], strip: Strip | None) -> str | None:
@@ -1148,13 +1157,15 @@ class _EngineCoreStart:
                     text = inner
             text = _clean(text)
             if _ENGINE_CORE_HEAD.match(text) is None:
-                continue
+                head = vllm_line_start(text)  # after a collector's prefix that was not stripped
+                if head <= 0 or _ENGINE_CORE_HEAD.match(text, head) is None:
+                    continue
             if not self.seen:
                 self.seen = True
                 head = chunk[:start]
                 self.before = edges._find(head, _backward_lines(head), strip) if head else None
                 self.before = self.before or edges.last
-            m = _PREFIX_FAST.match(text) or _PREFIX.match(text)
+            m = _vllm_prefix(text)
             if m is not None:
                 self.first = m.group("ts")
 

@@ -320,14 +320,36 @@ def test_edge_timestamps_skip_lines_that_only_look_like_them() -> None:
     assert (result["first_ts"], result["last_ts"]) == ("11-29 10:00:01.000", "11-29 10:00:02.250")
 
 
-def test_fast_prefix_regex_agrees_with_the_full_one() -> None:
+COLLECTOR_PREFIXES = (
+    "  ",
+    "vllm-1  | ",
+    "Nov 29 14:43:27 gpu-node-01 vllm[1234]: ",
+    "2026-11-29T14:43:27.123456789Z ",
+    "ERROR 2026-11-29T14:43:27.123456Z [resource.labels.containerName: vllm] ",
+    "[123456.789012] ",
+    "[Sat Nov 29 14:43:27 2026] ",
+    "2026-11-29 14:43:27,123 ",
+    "[2026-11-29 14:43:27.123] INFO (pid) ",
+)
+
+
+@pytest.mark.parametrize("before", COLLECTOR_PREFIXES)
+def test_vllm_prefix_is_found_after_any_collector_prefix(before: str) -> None:
+    """Every fixture line gives the same prefix (level, stamp, process, message) with text before it."""
     lines = [line for path in sorted(LOGS.rglob("*.log")) for line in path.read_text(errors="replace").splitlines()]
-    lines += ["INFO 10-10 02:28:10 x", "  INFO 10-10 02:28:10 x", "vllm-1  | INFO 10-10 02:28:10 x"]
+    lines += ["INFO 10-10 02:28:10 x", "WARNING 10-10 02:28:10,5 core.py:1] x",
+              "(VllmWorker rank=0 pid=7) INFO 10-10 02:28:10 x"]  # fmt: skip
+    found = 0
     for line in lines:
-        fast = vllm_log._PREFIX_FAST.match(line)
-        if fast is not None:
-            full = vllm_log._PREFIX.match(line)
-            assert full is not None and full.span() == fast.span() and full.groupdict() == fast.groupdict(), line
+        bare, wrapped = vllm_log._vllm_prefix(line), vllm_log._vllm_prefix(before + line)
+        if bare is None:
+            assert wrapped is None, line
+            continue
+        found += 1
+        assert wrapped is not None, line
+        assert wrapped.groupdict() == bare.groupdict(), line
+        assert wrapped.end() - len(before) == bare.end(), line
+    assert found > 1000
 
 
 def test_dropping_shutdown_keywords_after_the_first_shutdown_changes_nothing(
