@@ -99,12 +99,16 @@ every later phase as missing; the ``errors`` labels say why.
 
 A text is a vLLM log when at least one line carries vLLM's prefix (level and ``MM-DD
 HH:MM:SS`` timestamp), a known vLLM message or a kernel OOM-killer line is found (a node's kernel
-log is read for ``oom_killer`` alone); otherwise :class:`ParseError` is raised. One server start per log is assumed (a file appended across restarts mixes them).
+log is read for ``oom_killer`` alone); otherwise :class:`ParseError` is raised. One server start
+per log is assumed (a file appended across restarts mixes them).
 
 Input (:func:`parse_log_file`): a regular file, plain or gzip-compressed (magic bytes), read in
 chunks of whole lines. A FIFO, device, socket or directory is refused before any read, binary
 data and a gzip stream that inflates past :data:`MAX_GUNZIP_BYTES` (environment variable
-``RUNNER_LOG_MAX_GUNZIP_BYTES``) are refused while reading (:class:`LogInputError`); bytes that
+``RUNNER_LOG_MAX_GUNZIP_BYTES``) or, past its first :data:`GUNZIP_RATIO_FLOOR` bytes, to more than
+:data:`MAX_GUNZIP_RATIO` times the compressed bytes read so far (``RUNNER_LOG_MAX_GUNZIP_RATIO``:
+a gzip bomb is refused within a second, not after minutes of parsing) are refused while reading
+(:class:`LogInputError`); bytes that
 are not UTF-8 are replaced, not fatal.
 
 Speed: a line is looked at only when it holds a keyword (words of the messages handled, so that
@@ -140,6 +144,7 @@ __all__ = [
     "EXPECTED_STARTUP",
     "LINE_MAX",
     "MAX_GUNZIP_BYTES",
+    "MAX_GUNZIP_RATIO",
     "MAX_ITEMS",
     "MAX_PROCESSES",
     "parse_log_file",
@@ -154,6 +159,12 @@ MAX_ITEMS = 10_000  # stats lines and sleep/wake events kept (the most recent on
 MAX_PROCESSES = 1024  # processes whose compile times are summed apart
 MAX_GUNZIP_BYTES = 4 << 30  # decompressed size at which a gzip input is refused
 GUNZIP_LIMIT_ENV = "RUNNER_LOG_MAX_GUNZIP_BYTES"
+# Decompressed bytes per compressed byte read at which a gzip input is refused. vLLM logs deflate
+# 6-8x (startups), ~25x (serving), ~85x (idle, DEBUG stats every 10 s); repeated lines ~300x, a
+# bomb up to ~1000x. Checked once GUNZIP_RATIO_FLOOR bytes are out, so a small log never is.
+MAX_GUNZIP_RATIO = 200
+GUNZIP_RATIO_ENV = "RUNNER_LOG_MAX_GUNZIP_RATIO"
+GUNZIP_RATIO_FLOOR = 16 << 20
 _CHUNK = 1 << 20  # bytes read at a time (whole lines are parsed, the partial last one waits)
 _SNIFF = 64 * 1024  # bytes at the start where a NUL byte means binary data
 _DETECT_LINES = 64  # lines at the start from which the wrapper is detected
@@ -925,7 +936,8 @@ class _LineChunks:
 
     A line with no newline within :data:`LINE_MAX` bytes is cut there (the rest is skipped up
     to its newline, ``long_lines`` counts it). ``limit`` caps the bytes read (a gzip stream's
-    decompressed size); ``seen_text`` tells whether any non-whitespace byte was read.
+    decompressed size) and ``ratio`` their ratio to ``packed()``, the compressed bytes read so far;
+    ``seen_text`` tells whether any non-whitespace byte was read.
     """
 
     def __init__(
@@ -934,12 +946,16 @@ class _LineChunks:
         source: str,
         *,
         limit: int | None = None,
+        ratio: int | None = None,
+        packed: Callable[[], int] | None = None,
         gzipped: bool = False,
         binary_check: bool = False,
     ) -> None:
         self.stream = stream
         self.source = source
         self.limit = limit
+        self.ratio = ratio
+        self.packed = packed
         self.gzipped = gzipped
         self.binary_check = binary_check
         self.total = 0
@@ -960,6 +976,15 @@ class _LineChunks:
                 f"gzip data inflates past {_size(self.limit)}, the limit for a compressed log "
                 f"(set {GUNZIP_LIMIT_ENV} to raise it)",
             )
+        if self.ratio is not None and self.packed is not None and self.total > GUNZIP_RATIO_FLOOR:
+            packed = max(1, self.packed())
+            if self.total > self.ratio * packed:
+                raise LogInputError(
+                    self.source,
+                    f"gzip data inflates more than {self.ratio} times ({_size(self.total)} from "
+                    f"{_size(packed)}; a text log deflates less than 100 times): a gzip bomb? "
+                    f"(set {GUNZIP_RATIO_ENV} to raise the limit)",
+                )
         if not self.seen_text and data.strip():
             if self.binary_check and self.total == len(data) and b"\x00" in data[:_SNIFF]:
                 raise LogInputError(self.source, "binary file: no vLLM log lines found")
@@ -1000,7 +1025,7 @@ class _LineChunks:
 def _size(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
-            return f"{n / scale:g} {unit}"
+            return f"{n / scale:.4g} {unit}"
     return f"{n} bytes"
 
 
@@ -1247,15 +1272,15 @@ def parse_log_text(text: str, *, source: str = "<text>") -> dict[str, Any]:
     return _parse_stream(_LineChunks(stream, source), source, check_empty=False)
 
 
-def _gunzip_limit() -> int:
-    raw = os.environ.get(GUNZIP_LIMIT_ENV, "").strip()
+def _env_limit(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return MAX_GUNZIP_BYTES
+        return default
     try:
         return max(1, int(raw))
     except ValueError:
-        log.warning("ignoring %s=%r: not a whole number of bytes", GUNZIP_LIMIT_ENV, raw)
-        return MAX_GUNZIP_BYTES
+        log.warning("ignoring %s=%r: not a whole number", name, raw)
+        return default
 
 
 _FILE_KINDS = (
@@ -1291,7 +1316,7 @@ def parse_log_file(path: Path) -> dict[str, Any]:
     """Read and parse a vLLM log file (plain or gzip-compressed), streaming it line by line.
 
     Raises :class:`LogInputError` (a :class:`ParseError`) when the file is not a regular file,
-    unreadable, empty, binary or a gzip stream that inflates past the limit, and
+    unreadable, empty, binary or a gzip stream that inflates past the limits, and
     :class:`ParseError` when it is not a vLLM log.
     """
     path = Path(path)
@@ -1304,7 +1329,9 @@ def parse_log_file(path: Path) -> dict[str, Any]:
             raise LogInputError(source, f"cannot read file: {exc.strerror or exc}") from exc
         if head == b"\x1f\x8b":
             with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-                lines = _LineChunks(unzipped, source, limit=_gunzip_limit(), gzipped=True, binary_check=True)
+                lines = _LineChunks(unzipped, source, limit=_env_limit(GUNZIP_LIMIT_ENV, MAX_GUNZIP_BYTES),
+                                    ratio=_env_limit(GUNZIP_RATIO_ENV, MAX_GUNZIP_RATIO), packed=raw.tell,
+                                    gzipped=True, binary_check=True)  # fmt: skip
                 return _parse_stream(lines, source, check_empty=True)
         return _parse_stream(_LineChunks(raw, source, binary_check=True), source, check_empty=True)
 
