@@ -307,6 +307,14 @@ _RE_SLEEP_FREED = re.compile(r"Sleep mode freed ([\d.]+) GiB memory, ([\d.]+) Gi
 # hostile run of letters is not scanned once per capital.
 _RE_STATS_FIELD = re.compile(r"([A-Z][A-Za-z ]{0,63}): (\d+(?:\.\d+)?)")
 _RE_ENGINE_PREFIX = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated):[ \t]*")
+# The V1 stats line as vLLM 0.8-0.24 write it, read in one match (the most frequent line of a serving
+# log); the fields after it, and any other shape, go through _RE_STATS_FIELD as before.
+_NUM = r"(\d+(?:\.\d+)?)"
+_RE_STATS_V1 = re.compile(
+    rf"(?:Engine (\d+):[ \t]*)?Avg prompt throughput: {_NUM} tokens/s, Avg generation throughput: {_NUM} "
+    r"tokens/s, Running: (\d+) reqs, Waiting: (\d+) reqs(?:, Deferred: (\d+) reqs)?, "
+    rf"GPU KV cache usage: {_NUM}%, Prefix cache hit rate: {_NUM}%(?:, External prefix cache hit rate: {_NUM}%)?"
+)
 _RE_V0_PREFIX_HIT = re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%, CPU: ([\d.]+)%")
 _RE_API_READY = re.compile(r"Starting vLLM (?:API )?server|Available routes are|Application startup complete")
 _RE_ENGINE_CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v?([^)\s]+)\) with config:")
@@ -401,6 +409,57 @@ def _norm_ts(ts: str) -> str:
 
 def _num(text: str) -> float:
     return float(text.replace(",", ""))
+
+
+def _stats_fields(msg: str, ts: str | None) -> dict[str, Any] | None:
+    """A stats line read field by field ("Key: value" parts), any version; ``None`` if it is not one."""
+    entry: dict[str, Any] = {}
+    body = msg
+    pm = _RE_ENGINE_PREFIX.match(msg)
+    if pm is not None:
+        entry["engine"] = pm.group(1) if pm.group(1) is not None else "aggregated"
+        body = msg[pm.end() :]
+    if not body.startswith("Avg prompt throughput"):
+        return None
+    if ts is not None:
+        entry["ts"] = ts
+    _add_fields(entry, body)
+    return entry
+
+
+def _add_fields(entry: dict[str, Any], text: str) -> None:
+    get = _STATS_FIELDS.get
+    for key, value in _RE_STATS_FIELD.findall(text):
+        spec = get(key)
+        if spec is not None:
+            try:
+                entry[spec[0]] = spec[1](value)
+            except ValueError:  # e.g. "1.0" for an int field
+                entry[spec[0]] = spec[1](float(value))
+
+
+def _stats_v1(msg: str, ts: str | None) -> dict[str, Any] | None:
+    """The common V1 stats line in one match: the same entry as :func:`_stats_fields`, faster."""
+    m = _RE_STATS_V1.match(msg)
+    if m is None:
+        return None
+    engine, prompt, gen, running, waiting, deferred, kv, hit, external = m.groups()
+    entry: dict[str, Any] = {} if engine is None else {"engine": engine}
+    if ts is not None:
+        entry["ts"] = ts
+    entry["prompt_tput_tok_s"] = float(prompt)
+    entry["gen_tput_tok_s"] = float(gen)
+    entry["running_reqs"] = int(running)
+    entry["waiting_reqs"] = int(waiting)
+    if deferred is not None:
+        entry["deferred_reqs"] = int(deferred)
+    entry["kv_usage_pct"] = float(kv)
+    entry["prefix_hit_pct_rolling1000"] = float(hit)
+    if external is not None:
+        entry["external_prefix_hit_pct_rolling1000"] = float(external)
+    if m.end() < len(msg):
+        _add_fields(entry, msg[m.end() :])
+    return entry
 
 
 Handler = Callable[[str, str | None, str | None], bool]
@@ -732,24 +791,11 @@ class _Collector:
         return True
 
     def _stats(self, msg: str, ts: str | None, _proc: str | None) -> bool:
-        entry: dict[str, Any] = {}
-        body = msg
-        pm = _RE_ENGINE_PREFIX.match(msg)
-        if pm is not None:
-            entry["engine"] = pm.group(1) if pm.group(1) is not None else "aggregated"
-            body = msg[pm.end() :]
-        if not body.startswith("Avg prompt throughput"):
-            return False
-        if ts is not None:
-            entry["ts"] = ts
-        get = _STATS_FIELDS.get
-        for key, value in _RE_STATS_FIELD.findall(body):
-            spec = get(key)
-            if spec is not None:
-                try:
-                    entry[spec[0]] = spec[1](value)
-                except ValueError:  # e.g. "1.0" for an int field
-                    entry[spec[0]] = spec[1](float(value))
+        entry = _stats_v1(msg, ts)
+        if entry is None:
+            entry = _stats_fields(msg, ts)
+            if entry is None:
+                return False
         self._add_stats(entry)
         return True
 
