@@ -54,13 +54,14 @@ _VLLM_START = re.compile(
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+\d\d-\d\d \d\d:\d\d:\d\d"
 )
 _find_vllm_start = _VLLM_START.search
+_COLOURS = re.compile(r"(?:\x1b\[[0-9;?]*[ -/]*[@-~])*")  # vLLM colours its own process prefix
 
 
 def vllm_line_start(line: str) -> int:
     """Where vLLM's own line begins in ``line`` (``0``: at its start), ``-1`` if it has no vLLM prefix.
 
     The leftmost process prefix or level-and-stamp wins, so a prefix quoted later in vLLM's own
-    message is never taken for it; what a collector put before it is never looked at.
+    message is never taken for it; the text before it is skipped, whatever it is.
     """
     m = _find_vllm_start(line)
     return -1 if m is None else m.start()
@@ -126,7 +127,9 @@ def _strip_journald_json(line: str) -> str | None:
 
 def _strip_other_prefix(line: str) -> str | None:
     m = _find_vllm_start(line)
-    return None if m is None or m.start() == 0 else line[m.start() :]
+    if m is None or _COLOURS.fullmatch(line, 0, m.start()) is not None:  # nothing, or colours, before it
+        return None
+    return line[m.start() :]
 
 
 NONE = Wrapper("none", lambda line: line)

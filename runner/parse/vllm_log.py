@@ -108,8 +108,7 @@ data and a gzip stream that inflates past :data:`MAX_GUNZIP_BYTES` (environment 
 ``RUNNER_LOG_MAX_GUNZIP_BYTES``) or, past its first :data:`GUNZIP_RATIO_FLOOR` bytes, to more than
 :data:`MAX_GUNZIP_RATIO` times the compressed bytes read so far (``RUNNER_LOG_MAX_GUNZIP_RATIO``:
 a gzip bomb is refused within a second, not after minutes of parsing) are refused while reading
-(:class:`LogInputError`); bytes that
-are not UTF-8 are replaced, not fatal.
+(:class:`LogInputError`); bytes that are not UTF-8 are replaced, not fatal.
 
 Speed: a line is looked at only when it holds a keyword (words of the messages handled, so that
 a prompt saying "took" in a request log is not one). The keywords are found per chunk by one
@@ -177,7 +176,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # vLLM's own line prefix: "(PROCESS pid=N) ... LEVEL MM-DD HH:MM:SS [file.py:N] ". Whatever a
 # collector put before it (a wrapper that was not detected, a format of its own) is skipped by
 # :func:`_vllm_prefix`, which looks for it where :func:`vllm_line_start` says vLLM's line begins.
-_PREFIX_FAST = re.compile(
+_PREFIX = re.compile(
     r"(?:\((?P<proc>[A-Za-z_][^()]*)\)[ \t]*)*"  # (APIServer pid=1) (EngineCore pid=7)
     r"(?P<lvl>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+"
     r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)[ \t]+"
@@ -188,11 +187,11 @@ _PREFIX_FAST = re.compile(
 def _vllm_prefix(line: str) -> re.Match[str] | None:
     """vLLM's prefix at the start of ``line`` (the common case, one ``match``) or wherever vLLM's line
     begins in it."""
-    m = _PREFIX_FAST.match(line)
+    m = _PREFIX.match(line)
     if m is None:
         start = vllm_line_start(line)
         if start > 0:
-            m = _PREFIX_FAST.match(line, start)
+            m = _PREFIX.match(line, start)
     return m
 
 

@@ -210,6 +210,14 @@ def test_bare_and_fixture_logs_detect_as_expected() -> None:
     assert parse_log_text(compose_fixture)["wrapper"] == "docker-compose"
 
 
+def test_a_bare_log_in_colour_is_bare() -> None:
+    """vLLM colours its process prefix and level on a terminal: that is no collector's prefix."""
+    lines = [f"\x1b[36m(APIServer pid=1)\x1b[0m \x1b[32mINFO\x1b[0m 11-29 14:43:{i:02d} [a.py:1] line {i}"
+             for i in range(10)]  # fmt: skip
+    assert detect(lines) is NONE
+    assert detect([f"[ 12.5{i}] {line}" for i, line in enumerate(lines)]).name == "other-prefix"
+
+
 def test_detection_needs_a_majority_of_lines() -> None:
     bare = [f"(APIServer pid=1) INFO 11-29 14:43:{i:02d} [a.py:1] line {i}" for i in range(10)]
     assert detect([f"{_ts(0)} {bare[0]}", *bare[1:]]) is NONE
