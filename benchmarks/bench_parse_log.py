@@ -15,15 +15,16 @@ Corpora (``--corpus``):
   periodic ``Engine 000:`` stats lines (INFO, and DEBUG when idle), ``\\r``-joined progress
   bars, and a sleep/wake cycle at the end.
 
-Formats (``--format``, comma-separated; default: the six of :data:`DEFAULT_FORMATS`): each line
+Formats (``--format``, comma-separated; default: the seven of :data:`DEFAULT_FORMATS`): each line
 of the corpus wrapped as a log collector hands it over (see docs/parse-log.md): ``bare``,
 ``kubectl`` (``kubectl logs --prefix --timestamps``), ``cri`` (the node's container log file),
 ``journald`` (``journalctl -o short-iso``), ``cloud-export`` (a logging console's text export,
 ``LEVEL TIMESTAMP [resource.labels.containerName: vllm] <line>``), ``cloud-json`` (Cloud
 Logging JSON entries), ``custom-timestamps`` (a line shipper's ``2026-11-29 14:44:17,123``
-stamp) and ``dmesg`` (the kernel log's ``[ 1234.567890]`` stamp, kernel lines between, the OOM
-killer's lines at the end). One line per format: MB/s (best of ``--repeat``) by wall time and by
-the child's CPU time (steadier on a machine that other jobs share) and peak memory.
+stamp), ``dmesg`` (the kernel log's ``[ 1234.567890]`` stamp, kernel lines between, the OOM
+killer's lines at the end) and ``mixed`` (the six of ``bare`` to ``dmesg`` line by line in
+turn). One line per format: MB/s (best of ``--repeat``) by wall time and by the child's CPU time
+(steadier on a machine that other jobs share) and peak memory.
 
 ``--gzip`` compresses each log; ``--impl FILE`` times another copy of ``vllm_log.py`` (e.g.
 ``git show HEAD~1:runner/parse/vllm_log.py > /tmp/old.py``) for a before/after comparison; it
@@ -143,6 +144,11 @@ def _dmesg(i: int, line: str) -> str:
     return kernel + stamp + line
 
 
+def _mixed(i: int, line: str) -> str:
+    """Each line as another collector hands it over, in turn (logs of several sources in one file)."""
+    return _MIXED[i % len(_MIXED)](i, line)
+
+
 _OOM_KILLER = (
     "[99999.789012] python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0\n"
     "[99999.790001] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),task=python3,pid=5034,uid=0\n"
@@ -158,8 +164,10 @@ FORMATS: dict[str, Callable[[int, str], str]] = {
     "cloud-json": _cloud_json,
     "custom-timestamps": _custom_timestamps,
     "dmesg": _dmesg,
+    "mixed": _mixed,
 }
-DEFAULT_FORMATS = ("bare", "kubectl", "journald", "cloud-export", "custom-timestamps", "dmesg")
+_MIXED = (FORMATS["bare"], _kubectl, _journald, _cloud_export, _custom_timestamps, _dmesg)
+DEFAULT_FORMATS = ("bare", "kubectl", "journald", "cloud-export", "custom-timestamps", "dmesg", "mixed")
 
 
 def _wrap(fmt: str, text: str, first: int) -> str:
