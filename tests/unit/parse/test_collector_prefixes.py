@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from runner.errors import ParseError
+from runner.parse import vllm_log
 from runner.parse.log_wrappers import vllm_line_start
 from runner.parse.vllm_log import parse_log_file, parse_log_text
 
@@ -140,3 +141,31 @@ def test_hostile_prefixes_parse_in_linear_time(line: str) -> None:
     result = parse_log_text(text)
     assert time.perf_counter() - t0 < 5.0
     assert result["weights_load_s"] == 2.0
+
+
+# What collectors put before vLLM's line: compose, journald, docker -t, a console's text export,
+# dmesg, dmesg -T, a line shipper's stamps (one with a level and parentheses of its own).
+COLLECTOR_PREFIXES = (
+    "  ", "vllm-1  | ", "Nov 29 14:43:27 gpu-node-01 vllm[1234]: ", "2026-11-29T14:43:27.123456789Z ",
+    "ERROR 2026-11-29T14:43:27.123456Z [resource.labels.containerName: vllm] ", "[123456.789012] ",
+    "[Sat Nov 29 14:43:27 2026] ", "2026-11-29 14:43:27,123 ", "[2026-11-29 14:43:27.123] INFO (pid) ",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("before", COLLECTOR_PREFIXES)
+def test_vllm_prefix_is_found_after_any_collector_prefix(before: str) -> None:
+    """Every fixture line gives the same prefix (level, stamp, process, message) with text before it."""
+    lines = [line for path in sorted(LOGS.rglob("*.log")) for line in path.read_text(errors="replace").splitlines()]
+    lines += ["INFO 10-10 02:28:10 x", "WARNING 10-10 02:28:10,5 core.py:1] x",
+              "(VllmWorker rank=0 pid=7) INFO 10-10 02:28:10 x"]  # fmt: skip
+    found = 0
+    for line in lines:
+        bare, wrapped = vllm_log._vllm_prefix(line), vllm_log._vllm_prefix(before + line)
+        if bare is None:
+            assert wrapped is None, line
+            continue
+        found += 1
+        assert wrapped is not None, line
+        assert wrapped.groupdict() == bare.groupdict(), line
+        assert wrapped.end() - len(before) == bare.end(), line
+    assert found > 1000

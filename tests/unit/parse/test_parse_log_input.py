@@ -362,63 +362,6 @@ def test_edge_timestamps_skip_lines_that_only_look_like_them() -> None:
     assert (result["first_ts"], result["last_ts"]) == ("11-29 10:00:01.000", "11-29 10:00:02.250")
 
 
-# What collectors put before vLLM's line: compose, journald, docker -t, a console's text export,
-# dmesg, dmesg -T, a line shipper's stamps (one with a level and parentheses of its own).
-COLLECTOR_PREFIXES = (
-    "  ", "vllm-1  | ", "Nov 29 14:43:27 gpu-node-01 vllm[1234]: ", "2026-11-29T14:43:27.123456789Z ",
-    "ERROR 2026-11-29T14:43:27.123456Z [resource.labels.containerName: vllm] ", "[123456.789012] ",
-    "[Sat Nov 29 14:43:27 2026] ", "2026-11-29 14:43:27,123 ", "[2026-11-29 14:43:27.123] INFO (pid) ",
-)  # fmt: skip
-
-
-@pytest.mark.parametrize("before", COLLECTOR_PREFIXES)
-def test_vllm_prefix_is_found_after_any_collector_prefix(before: str) -> None:
-    """Every fixture line gives the same prefix (level, stamp, process, message) with text before it."""
-    lines = [line for path in sorted(LOGS.rglob("*.log")) for line in path.read_text(errors="replace").splitlines()]
-    lines += ["INFO 10-10 02:28:10 x", "WARNING 10-10 02:28:10,5 core.py:1] x",
-              "(VllmWorker rank=0 pid=7) INFO 10-10 02:28:10 x"]  # fmt: skip
-    found = 0
-    for line in lines:
-        bare, wrapped = vllm_log._vllm_prefix(line), vllm_log._vllm_prefix(before + line)
-        if bare is None:
-            assert wrapped is None, line
-            continue
-        found += 1
-        assert wrapped is not None, line
-        assert wrapped.groupdict() == bare.groupdict(), line
-        assert wrapped.end() - len(before) == bare.end(), line
-    assert found > 1000
-
-
-def test_stats_line_in_one_match_agrees_with_the_field_by_field_reading() -> None:
-    """Same entry, same key order, for every stats line of the fixtures and the shapes around them."""
-    lines = [line for path in sorted(LOGS.rglob("*.log")) for line in path.read_text(errors="replace").splitlines()
-             if "Avg prompt throughput" in line]  # fmt: skip
-    head = ("Avg prompt throughput: 12.5 tokens/s, Avg generation throughput: 3.0 tokens/s, Running: 2 reqs, "
-            "Waiting: 0 reqs")
-    tail = "GPU KV cache usage: 1.5%, Prefix cache hit rate: 50.0%"
-    lines += [
-        f"{PREFIX}Engine 001: {head}, Deferred: 4 reqs, {tail}, External prefix cache hit rate: 7.0%, MM cache hit "
-        "rate: 1%",
-        f"{PREFIX}Engine 000: {head}, {tail}, Running: 9 reqs",  # a repeated field: the last one wins
-        f"{PREFIX}{head}, {tail}",  # early V1: no engine prefix
-        f"{PREFIX}2 Engines Aggregated: {head}, {tail}",
-        f"{PREFIX}Engine 000: {head.replace('Running: 2', 'Running: 2.0')}, {tail}",
-        f"{PREFIX}Engine 000: {head}, CPU KV cache usage: 3.0%, {tail}",
-    ]
-    fast = 0
-    for line in map(vllm_log._clean, lines):
-        m = vllm_log._vllm_prefix(line)
-        assert m is not None, line
-        msg, ts = line[m.end() :], m.group("ts")
-        one, fields = vllm_log._stats_v1(msg, ts), vllm_log._stats_fields(msg, ts)
-        assert fields is not None, line
-        if one is not None:
-            fast += 1
-            assert list(one.items()) == list(fields.items()), line
-    assert fast > 100  # all but the aggregated, "2.0", CPU-usage and V0 shapes
-
-
 def test_dropping_shutdown_keywords_after_the_first_shutdown_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
