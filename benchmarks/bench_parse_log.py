@@ -1,6 +1,6 @@
-"""Time the vLLM log parser and measure its peak memory on a large generated log.
+"""Time the vLLM log parser and measure its peak memory on large logs, one per collector format.
 
-Not a test: run ``.venv/bin/python benchmarks/bench_parse_log.py [--mb 300]``. The log is
+Not a test: run ``.venv/bin/python benchmarks/bench_parse_log.py [--mb 300]``. Each log is
 written to a temporary directory (removed afterwards); each timed run parses it in a fresh
 child process, which reports its wall time and peak resident memory (``ru_maxrss``). The
 baseline is the peak of a child that only imports the parser, so ``peak - baseline`` is what
@@ -15,10 +15,20 @@ Corpora (``--corpus``):
   periodic ``Engine 000:`` stats lines (INFO, and DEBUG when idle), ``\\r``-joined progress
   bars, and a sleep/wake cycle at the end.
 
-``--wrap kubernetes-cri`` / ``--wrap gcp-logging-json`` puts each line in that collector
-format first; ``--gzip`` compresses the log; ``--impl FILE`` times another copy of
-``vllm_log.py`` (e.g. ``git show HEAD~1:runner/parse/vllm_log.py > /tmp/old.py``) for a
-before/after comparison.
+Formats (``--format``, comma-separated; default: the seven of :data:`DEFAULT_FORMATS`): each line
+of the corpus wrapped as a log collector hands it over (see docs/parse-log.md): ``bare``,
+``kubectl`` (``kubectl logs --prefix --timestamps``), ``cri`` (the node's container log file),
+``journald`` (``journalctl -o short-iso``), ``cloud-export`` (a logging console's text export,
+``LEVEL TIMESTAMP [resource.labels.containerName: vllm] <line>``), ``cloud-json`` (Cloud
+Logging JSON entries), ``custom-timestamps`` (a line shipper's ``2026-11-29 14:44:17,123``
+stamp), ``dmesg`` (the kernel log's ``[ 1234.567890]`` stamp, kernel lines between, the OOM
+killer's lines at the end) and ``mixed`` (the six of ``bare`` to ``dmesg`` line by line in
+turn). One line per format: MB/s (best of ``--repeat``) by wall time and by the child's CPU time
+(steadier on a machine that other jobs share) and peak memory.
+
+``--gzip`` compresses each log; ``--impl FILE`` times another copy of ``vllm_log.py`` (e.g.
+``git show HEAD~1:runner/parse/vllm_log.py > /tmp/old.py``) for a before/after comparison; it
+imports the rest of ``runner`` from this checkout.
 """
 
 from __future__ import annotations
@@ -94,38 +104,96 @@ def _lines(text: str) -> list[str]:
     return text.removesuffix("\n").split("\n")  # not splitlines(): a "\r" stays inside its line
 
 
-def _wrap_cri(text: str) -> str:
-    return "".join(f"2026-11-29T10:00:00.{i:09d}Z stdout F {line}\n" for i, line in enumerate(_lines(text)))
+def _rfc3339(i: int) -> str:
+    return f"2026-11-29T14:{i // 60 % 60:02d}:{i % 60:02d}.{i * 7919 % 10**9:09d}Z"
 
 
-def _wrap_gcp(text: str) -> str:
-    return "".join(
-        json.dumps({"textPayload": line + "\n", "timestamp": "2026-11-29T10:00:00.123456789Z", "severity": "INFO",
-                    "resource": {"type": "k8s_container", "labels": {"container_name": "vllm"}}}) + "\n"
-        for line in _lines(text)
-    )  # fmt: skip
+def _stderr(line: str) -> bool:
+    return line.startswith("(EngineCore")  # the engine core's lines go to stderr
 
 
-WRAPS: dict[str, Callable[[str], str]] = {"none": lambda text: text, "kubernetes-cri": _wrap_cri,
-                                          "gcp-logging-json": _wrap_gcp}  # fmt: skip
+def _kubectl(i: int, line: str) -> str:
+    return f"[pod/vllm-7d9f8b6c5-x2x4k/vllm] {_rfc3339(i)} {line}"
 
 
-def write_log(path: Path, target_mb: float, corpus: str = "real", wrap: str = "none") -> int:
+def _cri(i: int, line: str) -> str:
+    return f"{_rfc3339(i)} {'stderr' if _stderr(line) else 'stdout'} F {line}"
+
+
+def _journald(i: int, line: str) -> str:
+    return f"2026-11-29T14:{i // 60 % 60:02d}:{i % 60:02d}+0000 gpu-node-01 vllm[1234]: {line}"
+
+
+def _cloud_export(i: int, line: str) -> str:
+    level = "ERROR" if _stderr(line) else "INFO"  # the console marks all of stderr ERROR
+    return f"{level} {_rfc3339(i)[:-4]}Z [resource.labels.containerName: vllm] {line}"
+
+
+def _cloud_json(i: int, line: str) -> str:
+    return json.dumps({"textPayload": line + "\n", "timestamp": _rfc3339(i), "severity": "INFO",
+                       "resource": {"type": "k8s_container", "labels": {"container_name": "vllm"}}})  # fmt: skip
+
+
+def _custom_timestamps(i: int, line: str) -> str:
+    return f"2026-11-29 14:{i // 60 % 60:02d}:{i % 60:02d},{i % 1000:03d} {line}"
+
+
+def _dmesg(i: int, line: str) -> str:
+    stamp = f"[{10_000 + i // 1000:5d}.{i % 1000 * 997:06d}] "
+    kernel = f"{stamp}nvidia-nvlink: Unregistered Nvlink Core, major device number 234\n" if i % 97 == 0 else ""
+    return kernel + stamp + line
+
+
+def _mixed(i: int, line: str) -> str:
+    """Each line as another collector hands it over, in turn (logs of several sources in one file)."""
+    return _MIXED[i % len(_MIXED)](i, line)
+
+
+_OOM_KILLER = (
+    "[99999.789012] python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0\n"
+    "[99999.790001] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),task=python3,pid=5034,uid=0\n"
+    "[99999.790123] Out of memory: Killed process 5034 (python3) total-vm:950000000kB, anon-rss:940000000kB\n"
+)
+
+FORMATS: dict[str, Callable[[int, str], str]] = {
+    "bare": lambda _i, line: line,
+    "kubectl": _kubectl,
+    "cri": _cri,
+    "journald": _journald,
+    "cloud-export": _cloud_export,
+    "cloud-json": _cloud_json,
+    "custom-timestamps": _custom_timestamps,
+    "dmesg": _dmesg,
+    "mixed": _mixed,
+}
+_MIXED = (FORMATS["bare"], _kubectl, _journald, _cloud_export, _custom_timestamps, _dmesg)
+DEFAULT_FORMATS = ("bare", "kubectl", "journald", "cloud-export", "custom-timestamps", "dmesg", "mixed")
+
+
+def _wrap(fmt: str, text: str, first: int) -> str:
+    wrap = FORMATS[fmt]
+    return "".join(wrap(first + i, line) + "\n" for i, line in enumerate(_lines(text)))
+
+
+def write_log(path: Path, target_mb: float, corpus: str = "real", fmt: str = "bare") -> int:
     """Write a log of about ``target_mb`` MB; return its size in bytes (before any gzip)."""
     blocks = _real_blocks() if corpus == "real" else _serving_blocks()
-    wrapper = WRAPS[wrap]
     target = int(target_mb * 1_000_000)
     with path.open("w", encoding="utf-8") as fh:
-        size = i = 0
+        size = i = lines = 0
         while size < target:
-            size += fh.write(wrapper(blocks(i)))
+            block = blocks(i)
+            size += fh.write(_wrap(fmt, block, lines))
+            lines += block.count("\n")
             i += 1
         if corpus == "serving":
-            size += fh.write(wrapper(
+            size += fh.write(_wrap(fmt, (
                 "(EngineCore pid=5627) INFO 11-29 23:59:58 [abstract.py:327] It took 1.551646 seconds to fall asleep.\n"
                 "(EngineCore pid=5627) INFO 11-29 23:59:59 [abstract.py:345] It took 0.112183 seconds to wake up "
                 "tags {'weights', 'kv_cache'}.\n"
-            ))  # fmt: skip
+            ), lines))  # fmt: skip
+        if fmt == "dmesg":
+            size += fh.write(_OOM_KILLER)
     return path.stat().st_size
 
 
@@ -146,9 +214,10 @@ def _child(path: str, impl: str | None) -> None:
     parse = _load_parser(impl)
     out: dict[str, Any] = {}
     if path:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         record = parse(Path(path))
-        out = {"seconds": time.perf_counter() - t0, "stats_count": record["stats_count"],
+        out = {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
+               "stats_count": record["stats_count"],
                "wrapper": record.get("wrapper", "-"), "errors": record["errors"]}  # fmt: skip
     out["maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps(out))
@@ -162,11 +231,41 @@ def _run_child(path: Path | None, impl: str | None) -> dict[str, Any]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def _formats(arg: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in arg.split(",") if name.strip())
+    unknown = [name for name in names if name not in FORMATS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown format {unknown}: choose from {', '.join(FORMATS)}")
+    return names
+
+
+def _bench(fmt: str, args: argparse.Namespace, baseline: int) -> str:
+    with tempfile.TemporaryDirectory(prefix="bench_parse_log_") as tmp:
+        path = Path(tmp) / "vllm.log"
+        size = write_log(path, args.mb, args.corpus, fmt)
+        if args.gzip:
+            with path.open("rb") as src, gzip.open(path.with_suffix(".log.gz"), "wb", compresslevel=1) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            path.unlink()
+            path = path.with_suffix(".log.gz")
+        runs = [_run_child(path, args.impl) for _ in range(args.repeat)]
+    best = min(run["seconds"] for run in runs)
+    best_cpu = min(run["cpu_seconds"] for run in runs)
+    peak = max(run["maxrss_kib"] for run in runs)
+    mb = size / 1_000_000
+    first = runs[0]
+    return (f"{fmt:<18} {mb / best:6.1f} MB/s ({mb / best_cpu:5.1f} by CPU time)  "
+            f"{peak / 1024:4.0f} MiB peak (+{(peak - baseline) / 1024:.0f})  "
+            f"{mb:.0f} MB in {best:.2f} s  wrapper={first['wrapper']} stats={first['stats_count']} "
+            f"errors={','.join(first['errors']) or '-'}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=float, default=300.0, help="size of the generated log in MB")
+    parser.add_argument("--mb", type=float, default=300.0, help="size of each generated log in MB")
     parser.add_argument("--corpus", choices=("real", "serving"), default="real")
-    parser.add_argument("--wrap", choices=sorted(WRAPS), default="none")
+    parser.add_argument("--format", type=_formats, default=DEFAULT_FORMATS,
+                        help=f"comma-separated, from: {', '.join(FORMATS)} (default: {','.join(DEFAULT_FORMATS)})")
     parser.add_argument("--gzip", action="store_true", help="parse a gzip-compressed copy")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs, each in a fresh process (best is reported)")
     parser.add_argument("--impl", type=lambda p: str(Path(p).resolve()), help="time this copy of vllm_log.py instead")
@@ -175,26 +274,12 @@ def main() -> None:
     if args.child is not None:
         _child(args.child, args.impl)
         return
-    with tempfile.TemporaryDirectory(prefix="bench_parse_log_") as tmp:
-        path = Path(tmp) / "vllm.log"
-        size = write_log(path, args.mb, args.corpus, args.wrap)
-        if args.gzip:
-            with path.open("rb") as src, gzip.open(path.with_suffix(".log.gz"), "wb", compresslevel=1) as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            path.unlink()
-            path = path.with_suffix(".log.gz")
-        baseline = _run_child(None, args.impl)["maxrss_kib"]
-        runs = [_run_child(path, args.impl) for _ in range(args.repeat)]
-    best = min(run["seconds"] for run in runs)
-    peak = max(run["maxrss_kib"] for run in runs)
-    mb = size / 1_000_000
-    first = runs[0]
-    print(f"log: {mb:.1f} MB ({args.corpus}, wrapper {args.wrap}{', gzip' if args.gzip else ''}), "
-          f"parser: {args.impl or 'runner.parse.vllm_log'}")  # fmt: skip
-    print(f"record: wrapper={first['wrapper']} stats_count={first['stats_count']} errors={first['errors']}")
-    print(f"speed: best of {args.repeat}: {best:.2f} s = {mb / best:.1f} MB/s")
-    print(f"peak RSS: {peak / 1024:.0f} MiB (baseline after import {baseline / 1024:.0f} MiB, "
-          f"parsing adds {(peak - baseline) / 1024:.0f} MiB)")  # fmt: skip
+    baseline = _run_child(None, args.impl)["maxrss_kib"]
+    print(f"corpus {args.corpus}, ~{args.mb:g} MB per format{', gzip' if args.gzip else ''}, "
+          f"best of {args.repeat}, parser: {args.impl or 'runner.parse.vllm_log'}, "
+          f"baseline after import {baseline / 1024:.0f} MiB")  # fmt: skip
+    for fmt in args.format:
+        print(_bench(fmt, args, baseline), flush=True)
 
 
 if __name__ == "__main__":

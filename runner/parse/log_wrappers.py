@@ -21,6 +21,9 @@ Formats, in detection order (``name``: how such a log is made)
 * ``gcp-logging-json``: a Cloud Logging export, one JSON entry per line, the line in
   ``textPayload`` or ``jsonPayload.message``.
 * ``journald-json``: ``journalctl -o json``, one JSON entry per line, the line in ``MESSAGE``.
+* ``other-prefix``: any other text before vLLM's line (a logging console's text export, a kernel
+  log's ``[ 1234.567890]`` stamp, a line shipper's own timestamp): :func:`vllm_line_start` finds
+  where vLLM's line begins, whatever precedes it.
 
 ``none`` (a bare log) is the answer when no format fits more than half of the sampled lines.
 """
@@ -32,7 +35,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["NONE", "WRAPPERS", "Wrapper", "detect", "rejoin_cri"]
+__all__ = ["NONE", "WRAPPERS", "Wrapper", "detect", "rejoin_cri", "vllm_line_start"]
 
 _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)"
 _ANSI = r"(?:\x1b\[[0-9;]*m)*"
@@ -43,6 +46,25 @@ _KUBECTL_PREFIX = re.compile(rf"\[pod/[^\]\s]+\] (?:{_TS} )?")
 _JOURNALD = re.compile(rf"(?:{_TS}|{_SYSLOG_TS}) \S+ [\w.@/-]+(?:\[\d+\])?: ")
 _COMPOSE = re.compile(rf"{_ANSI}[\w.@-]+[ \t]*\|{_ANSI}(?: |$)(?:{_TS} )?")
 _TIMESTAMPS = re.compile(rf"{_TS} ")
+# Where vLLM's own line begins: its process prefix ("(EngineCore_DP0 pid=40)", "(VllmWorker rank=0
+# pid=7)", "(RayWorkerWrapper pid=9, ip=...)") or, in a log without one, its level and "MM-DD
+# HH:MM:SS" stamp. Bounded parts: each position is looked at in constant work, so a search is linear.
+_VLLM_START = re.compile(
+    r"\([A-Za-z_][^()\n]{0,100}?\bpid=\d+[^()\n]{0,100}\)"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+\d\d-\d\d \d\d:\d\d:\d\d"
+)
+_find_vllm_start = _VLLM_START.search
+_COLOURS = re.compile(r"(?:\x1b\[[0-9;?]*[ -/]*[@-~])*")  # vLLM colours its own process prefix
+
+
+def vllm_line_start(line: str) -> int:
+    """Where vLLM's own line begins in ``line`` (``0``: at its start), ``-1`` if it has no vLLM prefix.
+
+    The leftmost process prefix or level-and-stamp wins, so a prefix quoted later in vLLM's own
+    message is never taken for it; the text before it is skipped, whatever it is.
+    """
+    m = _find_vllm_start(line)
+    return -1 if m is None else m.start()
 
 
 @dataclass(frozen=True)
@@ -103,6 +125,13 @@ def _strip_journald_json(line: str) -> str | None:
     return message if isinstance(message, str) else None
 
 
+def _strip_other_prefix(line: str) -> str | None:
+    m = _find_vllm_start(line)
+    if m is None or _COLOURS.fullmatch(line, 0, m.start()) is not None:  # nothing, or colours, before it
+        return None
+    return line[m.start() :]
+
+
 NONE = Wrapper("none", lambda line: line)
 WRAPPERS: tuple[Wrapper, ...] = (
     Wrapper("kubernetes-cri", _prefix_stripper(_CRI)),
@@ -112,6 +141,7 @@ WRAPPERS: tuple[Wrapper, ...] = (
     Wrapper("timestamps", _prefix_stripper(_TIMESTAMPS)),
     Wrapper("gcp-logging-json", _strip_gcp),
     Wrapper("journald-json", _strip_journald_json),
+    Wrapper("other-prefix", _strip_other_prefix),  # last: a JSON entry holds vLLM's line after a prefix too
 )
 
 

@@ -9,7 +9,9 @@ old ``GB``, merged or separate KV-capacity lines, thousands separators, V0 and V
 optional milliseconds in timestamps. A log-collector wrapper around each line (``kubectl``, CRI
 log files, ``journalctl``, ``docker compose logs``, ``docker logs -t``, Cloud Logging JSON) is
 detected from the first lines and stripped (:mod:`runner.parse.log_wrappers`); ``wrapper``
-names it (``"none"`` for a bare log).
+names it (``"none"`` for a bare log). Whatever else precedes vLLM's line (a console's text export,
+a kernel log's stamp, a line shipper's timestamp, a mix of formats) is skipped too: the prefix is
+looked for where :func:`~runner.parse.log_wrappers.vllm_line_start` says vLLM's line begins.
 
 Output rules (see :func:`parse_log_text`):
 
@@ -96,14 +98,17 @@ set`` or ``Cudagraph is disabled under eager mode``), ``init_engine_s``, ``kv_ca
 every later phase as missing; the ``errors`` labels say why.
 
 A text is a vLLM log when at least one line carries vLLM's prefix (level and ``MM-DD
-HH:MM:SS`` timestamp) or a known vLLM message is found; otherwise :class:`ParseError` is
-raised. One server start per log is assumed (a file appended across restarts mixes them).
+HH:MM:SS`` timestamp), a known vLLM message or a kernel OOM-killer line is found (a node's kernel
+log is read for ``oom_killer`` alone); otherwise :class:`ParseError` is raised. One server start
+per log is assumed (a file appended across restarts mixes them).
 
 Input (:func:`parse_log_file`): a regular file, plain or gzip-compressed (magic bytes), read in
 chunks of whole lines. A FIFO, device, socket or directory is refused before any read, binary
 data and a gzip stream that inflates past :data:`MAX_GUNZIP_BYTES` (environment variable
-``RUNNER_LOG_MAX_GUNZIP_BYTES``) are refused while reading (:class:`LogInputError`); bytes that
-are not UTF-8 are replaced, not fatal.
+``RUNNER_LOG_MAX_GUNZIP_BYTES``) or, past its first :data:`GUNZIP_RATIO_FLOOR` bytes, to more than
+:data:`MAX_GUNZIP_RATIO` times the compressed bytes read so far (``RUNNER_LOG_MAX_GUNZIP_RATIO``:
+a gzip bomb is refused within a second, not after minutes of parsing) are refused while reading
+(:class:`LogInputError`); bytes that are not UTF-8 are replaced, not fatal.
 
 Speed: a line is looked at only when it holds a keyword (words of the messages handled, so that
 a prompt saying "took" in a request log is not one). The keywords are found per chunk by one
@@ -131,13 +136,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner.errors import LogInputError, ParseError
-from runner.parse.log_wrappers import NONE, Wrapper, detect, rejoin_cri
+from runner.parse.log_wrappers import NONE, Wrapper, detect, rejoin_cri, vllm_line_start
 
 __all__ = [
     "ERROR_LABELS",
     "EXPECTED_STARTUP",
     "LINE_MAX",
     "MAX_GUNZIP_BYTES",
+    "MAX_GUNZIP_RATIO",
     "MAX_ITEMS",
     "MAX_PROCESSES",
     "parse_log_file",
@@ -152,6 +158,12 @@ MAX_ITEMS = 10_000  # stats lines and sleep/wake events kept (the most recent on
 MAX_PROCESSES = 1024  # processes whose compile times are summed apart
 MAX_GUNZIP_BYTES = 4 << 30  # decompressed size at which a gzip input is refused
 GUNZIP_LIMIT_ENV = "RUNNER_LOG_MAX_GUNZIP_BYTES"
+# Decompressed bytes per compressed byte read at which a gzip input is refused. vLLM logs deflate
+# 6-8x (startups), ~25x (serving), ~85x (idle, DEBUG stats every 10 s); repeated lines ~300x, a
+# bomb up to ~1000x. Checked once GUNZIP_RATIO_FLOOR bytes are out, so a small log never is.
+MAX_GUNZIP_RATIO = 200
+GUNZIP_RATIO_ENV = "RUNNER_LOG_MAX_GUNZIP_RATIO"
+GUNZIP_RATIO_FLOOR = 16 << 20
 _CHUNK = 1 << 20  # bytes read at a time (whole lines are parsed, the partial last one waits)
 _SNIFF = 64 * 1024  # bytes at the start where a NUL byte means binary data
 _DETECT_LINES = 64  # lines at the start from which the wrapper is detected
@@ -161,23 +173,28 @@ _DETECT_LINES = 64  # lines at the start from which the wrapper is detected
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
-# Everything that may precede vLLM's "LEVEL MM-DD HH:MM:SS [file.py:N] " prefix. The syslog,
-# docker-compose and docker-timestamp parts also catch such lines in a log that mixes formats
-# (a detected wrapper is stripped before this regex runs).
-_PREFIX_BODY = (
-    r"[ \t]*"
-    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ \S+: )?"  # syslog/journald
-    r"(?:[\w.@-]+[ \t]*\|[ \t]?)?"  # docker-compose "vllm-1  | "
-    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?[ \t]+)?"  # docker logs --timestamps
+# vLLM's own line prefix: "(PROCESS pid=N) ... LEVEL MM-DD HH:MM:SS [file.py:N] ". Whatever a
+# collector put before it (a wrapper that was not detected, a format of its own) is skipped by
+# :func:`_vllm_prefix`, which looks for it where :func:`vllm_line_start` says vLLM's line begins.
+_PREFIX = re.compile(
     r"(?:\((?P<proc>[A-Za-z_][^()]*)\)[ \t]*)*"  # (APIServer pid=1) (EngineCore pid=7)
     r"(?P<lvl>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)[ \t]+"
     r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)[ \t]+"
     r"(?:\[?[\w.<>/-]+:\d+\][ \t]*)?"  # [core.py:123] / core.py:123] / nothing
 )
-_PREFIX = re.compile(_PREFIX_BODY)
-# The common case (a line that starts with a process prefix or the level): the same match as
-# _PREFIX whenever it matches (the optional wrappers of _PREFIX cannot match such a line), faster.
-_PREFIX_FAST = re.compile(_PREFIX_BODY[_PREFIX_BODY.index(r"(?:\((?P<proc>") :])
+
+
+def _vllm_prefix(line: str) -> re.Match[str] | None:
+    """vLLM's prefix at the start of ``line`` (the common case, one ``match``) or wherever vLLM's line
+    begins in it."""
+    m = _PREFIX.match(line)
+    if m is None:
+        start = vllm_line_start(line)
+        if start > 0:
+            m = _PREFIX.match(line, start)
+    return m
+
+
 _PID = re.compile(r"pid=(\d+)")
 
 # Literal keywords: a line is looked at only when it contains one of them. Every message
@@ -289,6 +306,14 @@ _RE_SLEEP_FREED = re.compile(r"Sleep mode freed ([\d.]+) GiB memory, ([\d.]+) Gi
 # hostile run of letters is not scanned once per capital.
 _RE_STATS_FIELD = re.compile(r"([A-Z][A-Za-z ]{0,63}): (\d+(?:\.\d+)?)")
 _RE_ENGINE_PREFIX = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated):[ \t]*")
+# The V1 stats line as vLLM 0.8-0.24 write it, read in one match (the most frequent line of a serving
+# log); the fields after it, and any other shape, go through _RE_STATS_FIELD as before.
+_NUM = r"(\d+(?:\.\d+)?)"
+_RE_STATS_V1 = re.compile(
+    rf"(?:Engine (\d+):[ \t]*)?Avg prompt throughput: {_NUM} tokens/s, Avg generation throughput: {_NUM} "
+    r"tokens/s, Running: (\d+) reqs, Waiting: (\d+) reqs(?:, Deferred: (\d+) reqs)?, "
+    rf"GPU KV cache usage: {_NUM}%, Prefix cache hit rate: {_NUM}%(?:, External prefix cache hit rate: {_NUM}%)?"
+)
 _RE_V0_PREFIX_HIT = re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%, CPU: ([\d.]+)%")
 _RE_API_READY = re.compile(r"Starting vLLM (?:API )?server|Available routes are|Application startup complete")
 _RE_ENGINE_CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v?([^)\s]+)\) with config:")
@@ -385,6 +410,57 @@ def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+def _stats_fields(msg: str, ts: str | None) -> dict[str, Any] | None:
+    """A stats line read field by field ("Key: value" parts), any version; ``None`` if it is not one."""
+    entry: dict[str, Any] = {}
+    body = msg
+    pm = _RE_ENGINE_PREFIX.match(msg)
+    if pm is not None:
+        entry["engine"] = pm.group(1) if pm.group(1) is not None else "aggregated"
+        body = msg[pm.end() :]
+    if not body.startswith("Avg prompt throughput"):
+        return None
+    if ts is not None:
+        entry["ts"] = ts
+    _add_fields(entry, body)
+    return entry
+
+
+def _add_fields(entry: dict[str, Any], text: str) -> None:
+    get = _STATS_FIELDS.get
+    for key, value in _RE_STATS_FIELD.findall(text):
+        spec = get(key)
+        if spec is not None:
+            try:
+                entry[spec[0]] = spec[1](value)
+            except ValueError:  # e.g. "1.0" for an int field
+                entry[spec[0]] = spec[1](float(value))
+
+
+def _stats_v1(msg: str, ts: str | None) -> dict[str, Any] | None:
+    """The common V1 stats line in one match: the same entry as :func:`_stats_fields`, faster."""
+    m = _RE_STATS_V1.match(msg)
+    if m is None:
+        return None
+    engine, prompt, gen, running, waiting, deferred, kv, hit, external = m.groups()
+    entry: dict[str, Any] = {} if engine is None else {"engine": engine}
+    if ts is not None:
+        entry["ts"] = ts
+    entry["prompt_tput_tok_s"] = float(prompt)
+    entry["gen_tput_tok_s"] = float(gen)
+    entry["running_reqs"] = int(running)
+    entry["waiting_reqs"] = int(waiting)
+    if deferred is not None:
+        entry["deferred_reqs"] = int(deferred)
+    entry["kv_usage_pct"] = float(kv)
+    entry["prefix_hit_pct_rolling1000"] = float(hit)
+    if external is not None:
+        entry["external_prefix_hit_pct_rolling1000"] = float(external)
+    if m.end() < len(msg):
+        _add_fields(entry, msg[m.end() :])
+    return entry
+
+
 Handler = Callable[[str, str | None, str | None], bool]
 Strip = Callable[[str], str | None]  # a wrapper's line stripper (see runner.parse.log_wrappers)
 
@@ -476,7 +552,7 @@ class _Collector:
     # -- line entry point -------------------------------------------------------------------
 
     def feed(self, line: str) -> None:
-        m = _PREFIX_FAST.match(line) or _PREFIX.match(line)
+        m = _vllm_prefix(line)
         proc: str | None = None
         if m is not None:
             self.evidence += 1
@@ -510,6 +586,8 @@ class _Collector:
         for literal, label, search in _ERRORS:
             if literal in line and search(line) is not None:
                 (self.errors_after_shutdown if self.shutdown else self.errors).add(label)
+                if label == "oom_killer":  # the kernel's line: a node's kernel log is read for it alone
+                    self.evidence += 1
 
     # -- handlers: each returns True when it recognised the message ---------------------------
 
@@ -712,24 +790,11 @@ class _Collector:
         return True
 
     def _stats(self, msg: str, ts: str | None, _proc: str | None) -> bool:
-        entry: dict[str, Any] = {}
-        body = msg
-        pm = _RE_ENGINE_PREFIX.match(msg)
-        if pm is not None:
-            entry["engine"] = pm.group(1) if pm.group(1) is not None else "aggregated"
-            body = msg[pm.end() :]
-        if not body.startswith("Avg prompt throughput"):
-            return False
-        if ts is not None:
-            entry["ts"] = ts
-        get = _STATS_FIELDS.get
-        for key, value in _RE_STATS_FIELD.findall(body):
-            spec = get(key)
-            if spec is not None:
-                try:
-                    entry[spec[0]] = spec[1](value)
-                except ValueError:  # e.g. "1.0" for an int field
-                    entry[spec[0]] = spec[1](float(value))
+        entry = _stats_v1(msg, ts)
+        if entry is None:
+            entry = _stats_fields(msg, ts)
+            if entry is None:
+                return False
         self._add_stats(entry)
         return True
 
@@ -916,7 +981,8 @@ class _LineChunks:
 
     A line with no newline within :data:`LINE_MAX` bytes is cut there (the rest is skipped up
     to its newline, ``long_lines`` counts it). ``limit`` caps the bytes read (a gzip stream's
-    decompressed size); ``seen_text`` tells whether any non-whitespace byte was read.
+    decompressed size) and ``ratio`` their ratio to ``packed()``, the compressed bytes read so far;
+    ``seen_text`` tells whether any non-whitespace byte was read.
     """
 
     def __init__(
@@ -925,12 +991,16 @@ class _LineChunks:
         source: str,
         *,
         limit: int | None = None,
+        ratio: int | None = None,
+        packed: Callable[[], int] | None = None,
         gzipped: bool = False,
         binary_check: bool = False,
     ) -> None:
         self.stream = stream
         self.source = source
         self.limit = limit
+        self.ratio = ratio
+        self.packed = packed
         self.gzipped = gzipped
         self.binary_check = binary_check
         self.total = 0
@@ -951,6 +1021,15 @@ class _LineChunks:
                 f"gzip data inflates past {_size(self.limit)}, the limit for a compressed log "
                 f"(set {GUNZIP_LIMIT_ENV} to raise it)",
             )
+        if self.ratio is not None and self.packed is not None and self.total > GUNZIP_RATIO_FLOOR:
+            packed = max(1, self.packed())
+            if self.total > self.ratio * packed:
+                raise LogInputError(
+                    self.source,
+                    f"gzip data inflates more than {self.ratio} times ({_size(self.total)} from "
+                    f"{_size(packed)}; a text log deflates less than 100 times): a gzip bomb? "
+                    f"(set {GUNZIP_RATIO_ENV} to raise the limit)",
+                )
         if not self.seen_text and data.strip():
             if self.binary_check and self.total == len(data) and b"\x00" in data[:_SNIFF]:
                 raise LogInputError(self.source, "binary file: no vLLM log lines found")
@@ -991,7 +1070,7 @@ class _LineChunks:
 def _size(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
-            return f"{n / scale:g} {unit}"
+            return f"{n / scale:.4g} {unit}"
     return f"{n} bytes"
 
 
@@ -1094,7 +1173,7 @@ class _Edges:
             if inner is not None:
                 text = inner
         text = _clean(text)
-        m = _PREFIX_FAST.match(text) or _PREFIX.match(text)
+        m = _vllm_prefix(text)
         return m.group("ts") if m is not None else None
 
     def _find(self, chunk: bytes, spans: Iterator[tuple[int, int]], strip: Strip | None) -> str | None:
@@ -1148,13 +1227,15 @@ class _EngineCoreStart:
                     text = inner
             text = _clean(text)
             if _ENGINE_CORE_HEAD.match(text) is None:
-                continue
+                head = vllm_line_start(text)  # after a collector's prefix that was not stripped
+                if head <= 0 or _ENGINE_CORE_HEAD.match(text, head) is None:
+                    continue
             if not self.seen:
                 self.seen = True
                 head = chunk[:start]
                 self.before = edges._find(head, _backward_lines(head), strip) if head else None
                 self.before = self.before or edges.last
-            m = _PREFIX_FAST.match(text) or _PREFIX.match(text)
+            m = _vllm_prefix(text)
             if m is not None:
                 self.first = m.group("ts")
 
@@ -1236,15 +1317,15 @@ def parse_log_text(text: str, *, source: str = "<text>") -> dict[str, Any]:
     return _parse_stream(_LineChunks(stream, source), source, check_empty=False)
 
 
-def _gunzip_limit() -> int:
-    raw = os.environ.get(GUNZIP_LIMIT_ENV, "").strip()
+def _env_limit(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return MAX_GUNZIP_BYTES
+        return default
     try:
         return max(1, int(raw))
     except ValueError:
-        log.warning("ignoring %s=%r: not a whole number of bytes", GUNZIP_LIMIT_ENV, raw)
-        return MAX_GUNZIP_BYTES
+        log.warning("ignoring %s=%r: not a whole number", name, raw)
+        return default
 
 
 _FILE_KINDS = (
@@ -1280,7 +1361,7 @@ def parse_log_file(path: Path) -> dict[str, Any]:
     """Read and parse a vLLM log file (plain or gzip-compressed), streaming it line by line.
 
     Raises :class:`LogInputError` (a :class:`ParseError`) when the file is not a regular file,
-    unreadable, empty, binary or a gzip stream that inflates past the limit, and
+    unreadable, empty, binary or a gzip stream that inflates past the limits, and
     :class:`ParseError` when it is not a vLLM log.
     """
     path = Path(path)
@@ -1293,7 +1374,9 @@ def parse_log_file(path: Path) -> dict[str, Any]:
             raise LogInputError(source, f"cannot read file: {exc.strerror or exc}") from exc
         if head == b"\x1f\x8b":
             with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-                lines = _LineChunks(unzipped, source, limit=_gunzip_limit(), gzipped=True, binary_check=True)
+                lines = _LineChunks(unzipped, source, limit=_env_limit(GUNZIP_LIMIT_ENV, MAX_GUNZIP_BYTES),
+                                    ratio=_env_limit(GUNZIP_RATIO_ENV, MAX_GUNZIP_RATIO), packed=raw.tell,
+                                    gzipped=True, binary_check=True)  # fmt: skip
                 return _parse_stream(lines, source, check_empty=True)
         return _parse_stream(_LineChunks(raw, source, binary_check=True), source, check_empty=True)
 

@@ -124,6 +124,30 @@ def gcp_json_payload(text: str) -> str:
     )  # fmt: skip
 
 
+def cloud_export(text: str) -> str:
+    """A logging console's text export: the console's level (stderr is ERROR), its time, the container."""
+    return "".join(f"{'ERROR' if _stream(line) == 'stderr' else 'INFO'} {_ts(i)} [resource.labels.containerName: vllm] "
+                   f"{line}\n" for i, line in enumerate(_lines(text)))  # fmt: skip
+
+
+def custom_timestamps(text: str) -> str:
+    """A line shipper's own stamp, which holds the "MM-DD HH:MM:SS" shape of vLLM's."""
+    return "".join(f"2026-11-29 10:00:{i % 60:02d},{i % 1000:03d} {line}\n" for i, line in enumerate(_lines(text)))
+
+
+def bracketed_timestamps(text: str) -> str:
+    return "".join(f"[2026-11-29 10:00:{i % 60:02d}.{i:06d}] [vllm] {line}\n" for i, line in enumerate(_lines(text)))
+
+
+def dmesg(text: str) -> str:
+    """Lines that reached the kernel log (a unit with StandardOutput=kmsg), as dmesg prints them."""
+    return "".join(f"[{12_000 + i // 100:5d}.{i * 7919 % 10**6:06d}] {line}\n" for i, line in enumerate(_lines(text)))
+
+
+def dmesg_human(text: str) -> str:
+    return "".join(f"[Sun Nov 29 10:00:{i % 60:02d} 2026] {line}\n" for i, line in enumerate(_lines(text)))
+
+
 FORMATS: dict[str, tuple[str, Callable[[str], str]]] = {
     "cri": ("kubernetes-cri", cri),
     "kubectl-timestamps": ("timestamps", kubectl_timestamps),
@@ -138,6 +162,11 @@ FORMATS: dict[str, tuple[str, Callable[[str], str]]] = {
     "journald-json": ("journald-json", journald_json),
     "gcp-text-payload": ("gcp-logging-json", gcp_text_payload),
     "gcp-json-payload": ("gcp-logging-json", gcp_json_payload),
+    "cloud-export": ("other-prefix", cloud_export),
+    "custom-timestamps": ("other-prefix", custom_timestamps),
+    "bracketed-timestamps": ("other-prefix", bracketed_timestamps),
+    "dmesg": ("other-prefix", dmesg),
+    "dmesg-human": ("other-prefix", dmesg_human),
 }
 
 
@@ -159,7 +188,7 @@ def test_wrapped_real_log_parses_as_the_bare_log(fmt: str, path: Path, tmp_path:
     assert _without_wrapper(record) == _without_wrapper(bare)
 
 
-@pytest.mark.parametrize("fmt", ["cri", "gcp-text-payload", "journald-json", "compose"])
+@pytest.mark.parametrize("fmt", ["cri", "gcp-text-payload", "journald-json", "compose", "cloud-export", "dmesg"])
 def test_wrapped_log_streams_across_small_chunks(fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """CRI partial records, JSON lines and long lines split over many reads give the same record."""
     path = LOGS / "real" / "vllm-0.24.0-h200-disk_cold_cache_warm.log"
@@ -179,6 +208,14 @@ def test_bare_and_fixture_logs_detect_as_expected() -> None:
     compose_fixture = (LOGS / "docker_compose_ansi_crlf.log").read_text(encoding="utf-8")
     assert detect(compose_fixture.split("\n")).name == "docker-compose"
     assert parse_log_text(compose_fixture)["wrapper"] == "docker-compose"
+
+
+def test_a_bare_log_in_colour_is_bare() -> None:
+    """vLLM colours its process prefix and level on a terminal: that is no collector's prefix."""
+    lines = [f"\x1b[36m(APIServer pid=1)\x1b[0m \x1b[32mINFO\x1b[0m 11-29 14:43:{i:02d} [a.py:1] line {i}"
+             for i in range(10)]  # fmt: skip
+    assert detect(lines) is NONE
+    assert detect([f"[ 12.5{i}] {line}" for i, line in enumerate(lines)]).name == "other-prefix"
 
 
 def test_detection_needs_a_majority_of_lines() -> None:

@@ -87,6 +87,48 @@ def test_cli_stops_a_gzip_bomb_at_the_limit(tmp_path: Path) -> None:
     assert vllm_log.GUNZIP_LIMIT_ENV in done.stderr
 
 
+def _gzip_of_repeats(path: Path, line: bytes, inflated: int, block: int = 4 << 20) -> Path:
+    """A gzip of ``line`` repeated to ``inflated`` bytes, built fast: one compressed member, written again and again
+    (a file of several members is one gzip stream to every reader)."""
+    member = gzip.compress(line * (block // len(line)), compresslevel=9)
+    with path.open("wb") as fh:
+        for _ in range(inflated // block):
+            fh.write(member)
+    return path
+
+
+def test_cli_refuses_a_gzip_bomb_of_log_lines_within_seconds(tmp_path: Path) -> None:
+    """17 MB on disk, 4.5 GiB of log lines inflated: refused on its ratio after 16 MiB, not parsed for minutes."""
+    line = b"(APIServer pid=1) INFO 11-29 14:43:27 [loggers.py:273] Engine 000: Avg prompt throughput: 0.0 tokens/s\n"
+    bomb = _gzip_of_repeats(tmp_path / "server.log.gz", line, 9 << 29)
+    assert bomb.stat().st_size < 20_000_000
+    t0 = time.monotonic()
+    done = _cli(bomb)
+    assert time.monotonic() - t0 < 30  # the whole stream takes minutes to parse
+    _assert_one_line_error(done, bomb, "gzip data inflates more than 200 times (17 MiB from ")
+    assert vllm_log.GUNZIP_RATIO_ENV in done.stderr
+
+
+def test_gzip_ratio_bound_lets_real_logs_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle server's DEBUG stats every 10 s deflate ~85 times: read whole; repeated lines (~290 times) are not."""
+    monkeypatch.setattr(vllm_log, "GUNZIP_RATIO_FLOOR", 1 << 20)  # the ratio checked after 1 MiB, not 64
+    idle = "".join(
+        f"(APIServer pid=1) DEBUG 11-29 {s // 3600 % 24:02d}:{s // 60 % 60:02d}:{s % 60:02d} [loggers.py:273] Engine "
+        "000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%\n"
+        for s in range(0, 300_000, 10)
+    ).encode()
+    path = tmp_path / "idle.log.gz"
+    path.write_bytes(gzip.compress(idle, compresslevel=9))
+    assert 60 < len(idle) / path.stat().st_size < 120
+    assert parse_log_file(path)["stats_count"] == 30_000
+    repeats = _gzip_of_repeats(tmp_path / "repeats.log.gz", idle[: idle.index(b"\n") + 1], 8 << 20, 1 << 20)
+    with pytest.raises(LogInputError, match=r"inflates more than 200 times \([\d.]+ MiB from [\d.]+ KiB"):
+        parse_log_file(repeats)
+    monkeypatch.setenv(vllm_log.GUNZIP_RATIO_ENV, "1000")
+    assert parse_log_file(repeats)["stats_count"] == (8 << 20) // (idle.index(b"\n") + 1)
+
+
 def test_cli_refuses_a_gzip_of_zeros(tmp_path: Path) -> None:
     bomb = tmp_path / "zeros.gz"
     compressor = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip framing
@@ -318,16 +360,6 @@ def test_edge_timestamps_skip_lines_that_only_look_like_them() -> None:
     )
     result = parse_log_text(text)
     assert (result["first_ts"], result["last_ts"]) == ("11-29 10:00:01.000", "11-29 10:00:02.250")
-
-
-def test_fast_prefix_regex_agrees_with_the_full_one() -> None:
-    lines = [line for path in sorted(LOGS.rglob("*.log")) for line in path.read_text(errors="replace").splitlines()]
-    lines += ["INFO 10-10 02:28:10 x", "  INFO 10-10 02:28:10 x", "vllm-1  | INFO 10-10 02:28:10 x"]
-    for line in lines:
-        fast = vllm_log._PREFIX_FAST.match(line)
-        if fast is not None:
-            full = vllm_log._PREFIX.match(line)
-            assert full is not None and full.span() == fast.span() and full.groupdict() == fast.groupdict(), line
 
 
 def test_dropping_shutdown_keywords_after_the_first_shutdown_changes_nothing(
