@@ -3,12 +3,16 @@ folder its ``PYTHONPYCACHEPREFIX`` names (the cache volume), so a start reads by
 instead of compiling, or finding a stale or missing ``__pycache__``, wherever the packages live.
 
 :func:`compile_into_prefix` runs ``python -m compileall`` with the engine's own interpreter and
-environment over its standard library, the folders of the packages named (``vllm``, ``torch``...)
-and every folder on its ``PYTHONPATH`` (a ``--target`` install of vLLM and what it brought); not the
-base interpreter's own site-packages. With a
-prefix, CPython looks for every module's bytecode under it, its standard library's too. A marker
-in the prefix says what was compiled for which interpreter: the same set again is not compiled
-again. Stdlib only: this runs on the node.
+environment over what it imports: its standard library (not the base interpreter's own
+site-packages inside it), the folder of every top-level package the profiles of its earlier starts
+name (``importtime.txt`` of the campaign's earlier trials on this node: nodetools/import_profile),
+the packages named, and every folder on its launch's ``PYTHONPATH`` (a ``--target`` install of vLLM
+and what it brought). All it imports, because with a prefix CPython looks for every module's
+bytecode there and nowhere else: a package left out compiles at every import where the engine's
+Python does not write bytecode (on the H200, scipy, pandas and transformers outside the compiled
+folders took 1.4-4x their import time: docs/startup.md). A marker in the prefix says what was
+compiled for which interpreter: the same set again is not compiled again. Stdlib only: this runs
+on the node.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from nodetools.import_profile import imported_packages
 from nodetools.startstate import locate
 
 __all__ = ["MARKER", "compile_into_prefix"]
@@ -29,24 +34,32 @@ MARKER = ".gpu-campaign-compiled.json"
 
 
 def _folders(located: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
-    """Each named package's folder and each PYTHONPATH entry (the standard library apart)."""
+    """Each located package's folder (a module: the module) and each PYTHONPATH entry of the launch;
+    the standard library's modules are compiled apart."""
+    stdlib = str(located["stdlib"]).rstrip(os.sep) + os.sep
     folders = []
     for place in (located.get("packages") or {}).values():
-        if place:
-            folders.append(str(Path(place) if Path(place).is_dir() else Path(place).parent))
+        if place and str(place).startswith(stdlib) and "-packages" not in str(place):
+            continue  # the standard library's own module: compiled with it
+        if place and Path(place).exists():  # not a built-in or frozen module
+            folders.append(str(place))
     folders += [p for p in str(env.get("PYTHONPATH") or "").split(os.pathsep) if p and Path(p).is_dir()]
-    return list(dict.fromkeys(folders))
+    # A folder inside another is compiled with it.
+    unique = sorted(dict.fromkeys(str(Path(f)) for f in folders))
+    return [f for f in unique if not any(f != o and f.startswith(o.rstrip(os.sep) + os.sep) for o in unique)]
 
 
-def compile_into_prefix(python: str, env: Mapping[str, str], packages: list[str],
+def compile_into_prefix(python: str, env: Mapping[str, str], packages: list[str], profiles: Iterable[Path] = (),
                         timeout_s: float = 1800) -> dict[str, Any]:
-    """Compile what the engine imports into its ``PYTHONPYCACHEPREFIX`` (once: a marker says what
-    was); returns what it did: ``prefix``, ``folders``, ``seconds``, ``compiled`` or ``kept``."""
+    """Compile what the engine imports (``packages``, and what ``profiles`` of its earlier starts
+    name) into its ``PYTHONPYCACHEPREFIX``, once (a marker says what was); returns what it did:
+    ``prefix``, ``folders``, ``seconds``, ``compiled`` or ``kept``."""
     prefix = str(env.get("PYTHONPYCACHEPREFIX") or "")
     if not prefix:
         return {"error": "the engine's environment names no PYTHONPYCACHEPREFIX"}
     started = time.monotonic()
-    located = locate(python, env, packages)
+    names = sorted({*packages, *imported_packages(profiles)} - {"sitecustomize", "usercustomize", "__main__"})
+    located = locate(python, env, names)
     if "error" in located:
         return located
     folders = _folders(located, env)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodetools.import_profile import PROFILE_FILE
 from nodetools.node_checks import check
 from nodetools.proc import write_json_atomic
 from nodetools.pycache import compile_into_prefix
@@ -163,7 +164,9 @@ def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache:
     env = {str(k): str(v) for k, v in (launch.get("env") or {}).items()}
     compiled = None
     if compile_bytecode and engine_python:
-        compiled = compile_into_prefix(engine_python, env, list(bytecode_packages))
+        # What the campaign's earlier starts on this node imported (their profiles, beside this trial's folder).
+        compiled = compile_into_prefix(engine_python, env, list(bytecode_packages),
+                                       sorted(workdir.parent.glob(f"*/{PROFILE_FILE}")))
     if compiled is not None:
         steps["compile_bytecode_s"] = compiled.get("seconds", 0.0)
         started = time.monotonic()

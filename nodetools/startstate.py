@@ -36,9 +36,10 @@ MAX_PYC_CHECKS = 400  # .pyc headers read per package at most (an even spread pa
 MAX_CACHE_FILES = 1_000_000  # files counted per cache folder before the count stops (it says so)
 
 _LOCATE = """\
-import importlib.util, json, sys, sysconfig
+import importlib.util, json, os, sys, sysconfig
 out = {"cache_tag": sys.implementation.cache_tag, "magic": importlib.util.MAGIC_NUMBER.hex(), "packages": {},
-       "pycache_prefix": sys.pycache_prefix or "", "stdlib": sysconfig.get_paths()["stdlib"]}
+       "pycache_prefix": sys.pycache_prefix or "", "stdlib": sysconfig.get_paths()["stdlib"],
+       "site": [p for p in sys.path if p and os.path.isdir(p) and os.path.abspath(p) != os.getcwd()]}
 for name in sys.argv[1:]:
     try:
         spec = importlib.util.find_spec(name)

@@ -195,7 +195,7 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
     try:
         csv_path, md_path = build_report(root)
         written = f"({csv_path.name}, {md_path.name})"
-    except (ResultsWriteError, OSError) as exc:
+    except (RunnerError, OSError) as exc:  # a run stopped before plan.json was whole: no report, its own exit code
         written = f"(no report: {exc})"
     print(f"{loaded.campaign.name}: {counts}; results in {root} {written}")
     if outcome.stopped:

@@ -17,11 +17,13 @@ Parsed by ``runner/parse/importtime.py``. Stdlib only: this runs on the node.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_FILE_BYTES", "PROFILE_FILE", "SITE_DIR", "gather", "profile_env", "profile_file", "start_file"]
+__all__ = ["MAX_FILE_BYTES", "PROFILE_FILE", "SITE_DIR", "gather", "imported_packages", "profile_env", "profile_file",
+           "start_file"]
 
 SITE_DIR = Path(__file__).resolve().parent / "site"
 PROFILE_FILE = "importtime.txt"
@@ -30,6 +32,8 @@ _DIR_VARIABLE = "NODETOOLS_IMPORT_PROFILE_DIR"
 _LOG_VARIABLE = "NODETOOLS_STDERR_PATH"
 _LINE = "import time:"
 _ROLE_ORDER = {"api_server": 0, "engine_core": 1, "worker": 2}
+_MODULE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| *([A-Za-z_][\w]*)")
+MAX_PROFILES_READ = 64
 
 
 def profile_env(env: Mapping[str, str], folder: Path, log: Path) -> dict[str, str]:
@@ -80,3 +84,20 @@ def gather(folder: Path, roles: Mapping[int, str], out: Path, log: Path) -> dict
     for _, _, path in files:
         path.unlink(missing_ok=True)
     return summary
+
+
+def imported_packages(profiles: Iterable[Path]) -> set[str]:
+    """The top-level packages an engine imported, by the profiles of its earlier starts (at most
+    ``MAX_PROFILES_READ`` files, each at most ``MAX_FILE_BYTES`` times 8: several processes')."""
+    names: set[str] = set()
+    for count, path in enumerate(profiles):
+        if count >= MAX_PROFILES_READ:
+            break
+        try:
+            if not path.is_file() or path.stat().st_size > 8 * MAX_FILE_BYTES:
+                continue
+            with path.open(encoding="utf-8", errors="replace") as fh:
+                names.update(m.group(1) for m in map(_MODULE.match, fh) if m)
+        except OSError:
+            continue
+    return names
