@@ -40,6 +40,7 @@ IPC_RESTORE_DRIVER = 610  # cuda-checkpoint restores processes that use CUDA IPC
 LOCK_ACTION_DRIVER = 570  # the separate lock/checkpoint/restore/unlock actions (and the driver API) from 570 on
 GIB = 2**30
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+ENGINE_GPU = "the engine's GPU memory"
 
 
 def mem_available_bytes() -> int:
@@ -127,7 +128,8 @@ def _criu_mode_gates(criu: str, flags: list[str], network_lock: str, images_dir:
         # On tmpfs the image is RAM too, beside the staged GPU memory while the dump writes it.
         need = gpu_bytes * (2 if fs["in_ram"] else 1)
         if need and need > mem_available_bytes():
-            reasons.append(f"dumping moves {gpu_bytes / GIB:.1f} GiB of {what} to host RAM"
+            moved = "GPU memory" if what == ENGINE_GPU else what
+            reasons.append(f"dumping moves {gpu_bytes / GIB:.1f} GiB of {moved} to host RAM"
                            f"{' and writes it again to ' + fs['fs_type'] if fs['in_ram'] else ''}: "
                            f"{need / GIB:.1f} GiB needed, {mem_available_bytes() / GIB:.1f} GiB available")
     return reasons
@@ -187,7 +189,7 @@ def gates(mode: str, *, criu: str = "criu", libdir: str = "", cuda_checkpoint: s
     if on_gpu and facts["driver_major"] is not None:
         total = sum(mib for index, mib in memory_total_mib().items() if index in gpus)
         gpu_bytes = int(total * 2**20 * gpu_memory_fraction)
-    what = "the engine's GPU memory"
+    what = ENGINE_GPU
     if LEVELS[quiesce]:  # the pool is freed: the weights a level-1 sleep backs up are what is sure to move
         gpu_bytes, what = (weights_on_disk(model) if LEVELS[quiesce] == 1 else 0), "the weights the sleep backs up"
         facts["quiesce"] = {"asked": quiesce, "image_at_least_bytes": gpu_bytes}
