@@ -9,7 +9,7 @@ pinned host-to-GPU copy rate`` (decimal GB/s, as fio and the reference campaign 
   ``storage`` read whose target is on tmpfs);
 - GPU bytes: what the engine held on the GPU at the dump (CRIU's CUDA plugin puts it back), plus,
   quiesced at level 1, the weights the wake copies back from host memory (the sleep's growth of
-  the engine's host memory);
+  the engine's host memory; an engine without GPU memory, the stand-in, copies nothing);
 - the pinned host-to-GPU rate: the mode's ``h2d_gb_s``, else the host's ``storage`` ``h2d_copy``.
 
 A rate neither gives leaves the limit empty, never 0; a term of 0 bytes needs no rate. Only the
@@ -48,8 +48,8 @@ def restore_limit(metrics: Mapping[str, Any], params: Mapping[str, Any], limits:
     else:
         read, read_from = _rate(params.get("disk_read_gb_s"), limits.disk_read() if limits else None)
     gpu = float(metrics.get("gpu_gib") or 0.0)
-    if metrics.get("quiesce") == "sleep":  # the wake copies the backed-up weights to the GPU
-        gpu += float(metrics.get("sleep_host_gib") or 0.0)
+    if metrics.get("quiesce") == "sleep" and metrics.get("gpu_mem_mib_awake"):  # a GPU engine's wake copies
+        gpu += float(metrics.get("sleep_host_gib") or 0.0)                        # the backed-up weights back
     h2d, h2d_from = _rate(params.get("h2d_gb_s"), limits.copy("h2d", "pinned") if limits else None)
     out: dict[str, Any] = {"limit_read_gb_s": read, "limit_read_from": read_from or None,
                            "limit_gpu_gib": round(gpu, 3), "limit_h2d_gb_s": h2d, "limit_h2d_from": h2d_from or None}

@@ -42,7 +42,7 @@ def test_the_limit_reads_the_image_where_the_restore_read_it() -> None:
     # The H200 restore: a 5.8 GB image of a sleeping 0.8B engine, 1.3 GiB left on the GPU and
     # 1.65 GiB of weights the wake copies back.
     metrics = {"image_gib": 5.402, "gpu_gib": 1.3, "sleep_host_gib": 1.65, "quiesce": "sleep",
-               "image_source": "disk", "restore_cache": "dropped"}
+               "gpu_mem_mib_awake": 128900, "image_source": "disk", "restore_cache": "dropped"}
     rates = {"disk_read_gb_s": 1.75, "tmpfs_read_gb_s": 10.0, "h2d_gb_s": 55.0}
     disk = restore_limit(metrics, rates, None)
     assert disk == {"limit_read_gb_s": 1.75, "limit_read_from": "mode parameter", "limit_gpu_gib": 2.95,
@@ -52,6 +52,9 @@ def test_the_limit_reads_the_image_where_the_restore_read_it() -> None:
     assert restore_limit({**metrics, "restore_cache": "warm"}, rates, None)["limit_read_gb_s"] == 10.0  # page cache
     # Level 2 keeps no weights in host memory: only what the GPU held at the dump crosses back.
     assert restore_limit({**metrics, "quiesce": "sleep2"}, rates, None)["limit_gpu_gib"] == 1.3
+    # An engine without GPU memory (the stand-in) backs its weights up in host memory and copies nothing back.
+    standin = {k: v for k, v in metrics.items() if k not in ("gpu_gib", "gpu_mem_mib_awake")}
+    assert restore_limit(standin, {"disk_read_gb_s": 1.75}, None)["limit_gpu_gib"] == 0.0
 
 
 def test_a_rate_nothing_measured_leaves_the_limit_empty_and_no_gpu_needs_no_copy_rate() -> None:
