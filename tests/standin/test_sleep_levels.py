@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from nodetools.standin.cli import make_model
-from tests.standin.support import StandinFactory
+from tests.standin.support import Standin, StandinFactory
 
 PROMPT = {"prompt": "after the sleep", "max_tokens": 2}
 MODEL_MIB = 16
@@ -35,13 +35,18 @@ def weight_bytes(model: Path) -> int:
     return sum(p.stat().st_size for p in model.glob("*.safetensors"))
 
 
+def put_to_sleep(standin: StandinFactory, model: Path, level: int, *flags: str) -> tuple[Standin, int, int]:
+    """A stand-in with sleep mode put to sleep at ``level``: it, and its RssShmem (KiB) awake and asleep."""
+    server = standin("--enable-sleep-mode", *flags, model=model)
+    awake = shared_kib(server.proc.pid)
+    assert httpx.post(server.url(f"/sleep?level={level}"), timeout=10).status_code == 200
+    return server, awake, shared_kib(server.proc.pid)
+
+
 def test_a_level_1_sleep_holds_the_weights_in_host_memory_until_the_wake(standin: StandinFactory,
                                                                           weights_model: Path) -> None:
-    server = standin("--enable-sleep-mode", model=weights_model)
+    server, awake, asleep = put_to_sleep(standin, weights_model, 1)
     pid = server.proc.pid
-    awake = shared_kib(pid)
-    assert httpx.post(server.url("/sleep?level=1"), timeout=10).status_code == 200
-    asleep = shared_kib(pid)
     assert (asleep - awake) * 1024 >= 0.95 * weight_bytes(weights_model)
     assert "/memfd:standin-sleep-weights" in Path(f"/proc/{pid}/maps").read_text()
     assert httpx.post(server.url("/wake_up"), timeout=10).status_code == 200
@@ -52,11 +57,8 @@ def test_a_level_1_sleep_holds_the_weights_in_host_memory_until_the_wake(standin
 
 def test_a_level_2_sleep_keeps_nothing_and_answers_only_after_the_reload(standin: StandinFactory,
                                                                          weights_model: Path) -> None:
-    server = standin("--enable-sleep-mode", model=weights_model)
-    pid = server.proc.pid
-    awake = shared_kib(pid)
-    assert httpx.post(server.url("/sleep?level=2"), timeout=10).status_code == 200
-    assert shared_kib(pid) - awake < 1024
+    server, awake, asleep = put_to_sleep(standin, weights_model, 2)
+    assert asleep - awake < 1024
     assert server.sample("vllm:engine_sleep_state", sleep_state="discard_all") == 1.0
     # vLLM's level-2 wake: the weights' memory, the reload, then the KV pool (which resumes scheduling).
     assert httpx.post(server.url("/wake_up?tags=weights"), timeout=10).status_code == 200
@@ -73,8 +75,7 @@ def test_a_level_2_sleep_keeps_nothing_and_answers_only_after_the_reload(standin
 
 def test_without_the_reload_the_level_2_engine_says_what_is_missing(standin: StandinFactory,
                                                                     weights_model: Path) -> None:
-    server = standin("--enable-sleep-mode", model=weights_model)
-    assert httpx.post(server.url("/sleep?level=2"), timeout=10).status_code == 200
+    server, _, _ = put_to_sleep(standin, weights_model, 2)
     assert httpx.post(server.url("/wake_up"), timeout=10).status_code == 200
     missed = httpx.post(server.url("/v1/completions"), json=PROMPT, timeout=5)
     assert missed.status_code == 503 and "reload_weights" in missed.json()["error"]["message"]
@@ -85,8 +86,7 @@ def test_without_the_reload_the_level_2_engine_says_what_is_missing(standin: Sta
 
 
 def test_dummy_weights_cannot_be_reloaded_as_in_vllm(standin: StandinFactory, weights_model: Path) -> None:
-    server = standin("--enable-sleep-mode", "--load-format", "dummy", model=weights_model)
-    assert httpx.post(server.url("/sleep?level=2"), timeout=10).status_code == 200
+    server, _, _ = put_to_sleep(standin, weights_model, 2, "--load-format", "dummy")
     assert httpx.post(server.url("/wake_up"), timeout=10).status_code == 200
     refused = httpx.post(server.url("/collective_rpc"), json={"method": "reload_weights"}, timeout=5)
     assert refused.status_code == 500

@@ -156,8 +156,8 @@ def test_flags_the_tool_sets_itself_are_refused(tmp_path: Path) -> None:
                        "images_dir, libdir are mode parameters)"]
 
 
-def test_the_image_must_fit_where_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 0.15 engine on an H200 is a 21 GiB image (plus the host memory); on tmpfs it is RAM twice."""
+def one_h200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Fake tools of a node with one H200 (143,771 MiB), cuda-checkpoint and CRIU's CUDA plugin; CRIU's path."""
     criu = fake_tool(tmp_path, "fake-criu-ok", CRIU_OK)
     fake_tool(tmp_path, "nvidia-smi", 'case "$1" in --query-gpu=driver_version) echo "580.159.04";; '
                                       '--query-gpu=index,persistence_mode) echo "0, Enabled";; *) echo "0, 143771";; '
@@ -165,6 +165,12 @@ def test_the_image_must_fit_where_it_goes(tmp_path: Path, monkeypatch: pytest.Mo
     fake_tool(tmp_path, "cuda-checkpoint", "exit 0")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(gates_module, "cuda_plugin_dir", lambda _libdir: "/usr/local/lib/criu")
+    return criu
+
+
+def test_the_image_must_fit_where_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0.15 engine on an H200 is a 21 GiB image (plus the host memory); on tmpfs it is RAM twice."""
+    criu = one_h200(tmp_path, monkeypatch)
     mounts = tmp_path / "mounts"
     mounts.write_text(f"tmpfs {tmp_path} tmpfs rw 0 0\n")
     real = gates_module.images.filesystem
@@ -196,13 +202,7 @@ def test_a_quiesced_engine_needs_sleep_mode_in_its_launch(tmp_path: Path) -> Non
 
 def test_a_quiesced_image_holds_the_weights_not_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 0.9 engine on an H200 asleep: not 126 GiB of GPU memory but its weights (the model folder's files)."""
-    criu = fake_tool(tmp_path, "fake-criu-ok", CRIU_OK)
-    fake_tool(tmp_path, "nvidia-smi", 'case "$1" in --query-gpu=driver_version) echo "580.159.04";; '
-                                      '--query-gpu=index,persistence_mode) echo "0, Enabled";; *) echo "0, 143771";; '
-                                      'esac')
-    fake_tool(tmp_path, "cuda-checkpoint", "exit 0")
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(gates_module, "cuda_plugin_dir", lambda _libdir: "/usr/local/lib/criu")
+    criu = one_h200(tmp_path, monkeypatch)
     real = gates_module.images.filesystem
     monkeypatch.setattr(gates_module.images, "filesystem", lambda path: {**real(path), "free_bytes": 1 * 2**30})
     monkeypatch.setattr(gates_module, "mem_available_bytes", lambda: 120 * 2**30)
