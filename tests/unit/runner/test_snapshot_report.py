@@ -231,3 +231,15 @@ def test_a_rebuilt_report_keeps_what_logs_left_behind_told_the_run(tmp_path: Pat
         row = next(csv.DictReader(fh))
     assert row["cuda_plugin"] == "acted" and row["restore_dropped_pages_gb_s"] == "1.5"
     assert row["restore_s"] == "19.09"  # recomputed from timings.json, not the stored 1.0
+
+
+def test_a_sleeping_engine_crius_dump_refused_names_the_step_and_crius_line(tmp_path: Path) -> None:
+    timings = {"error": "criu dump of the engine asleep (quiesce sleep) failed with rc 1 (see dump.log)",
+               "first_token_s": 40.0, "quiesce": {"asked": "sleep", "level": 1, "sleep_s": 1.1}}
+    ctx = raw_folder(tmp_path, timings, {
+        "dump.log": "(04.1) Error (criu/cr-dump.c:1680): Can't handle non-regular mapping on 1843's map 7f00\n"
+                    "(04.2) Error (criu/cr-dump.c:1975): Dumping FAILED.\n"})
+    why = KIND.diagnose(ctx)
+    assert why.startswith("criu_dump_failed: criu dump failed; criu_nonregular_mapping: a device mapping")
+    assert why.endswith("dump.log tail: (04.1) Error (criu/cr-dump.c:1680): Can't handle non-regular mapping on "
+                        "1843's map 7f00 | (04.2) Error (criu/cr-dump.c:1975): Dumping FAILED.")
