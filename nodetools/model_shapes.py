@@ -105,6 +105,10 @@ PRESETS: dict[str, Qwen3Shape] = {
     "qwen3-0.8b": Qwen3Shape(2048, 16, 16, 8, 128, 6144, 8192, 32768),
     # Qwen3-4B's layer shapes: 3.7 B parameters, 7.3 GB, 144 KiB of KV a token.
     "qwen3-4b": Qwen3Shape(2560, 36, 32, 8, 128, 9728, 8192, 32768),
+    # Qwen3-8B's layer shapes (the restore of an 8B-class engine beside the reference figures'
+    # Qwen3 8B): 7.0 B parameters, 14.0 GB in bf16 (Qwen3-8B itself, with its 151,936-token
+    # vocabulary, 8.2 B and 16.4 GB), 144 KiB of KV a token. Served with dummy weights.
+    "qwen3-8b": Qwen3Shape(4096, 36, 32, 8, 128, 12288, 8192, 40960),
     # Qwen3-14B's layer shapes: 13.3 B parameters, 26.6 GB in bf16, 160 KiB of KV a token.
     "qwen3-14b": Qwen3Shape(5120, 40, 40, 8, 128, 17408, 8192, 40960),
     # Qwen3-32B's layer shapes: 31.3 B parameters, 62.6 GB (58.3 GiB) in bf16, 256 KiB of KV a
@@ -113,8 +117,8 @@ PRESETS: dict[str, Qwen3Shape] = {
 }
 # Presets whose weights are never written: the folder holds the config and the tokenizer only, and
 # vLLM serves it with --load-format dummy (random weights made on the GPU, nothing read from disk).
-# Their safetensors would be 26-63 GB that only a weight-loading measurement needs.
-CONFIG_ONLY_PRESETS = frozenset({"qwen3-14b", "qwen3-32b"})
+# Their safetensors would be 14-63 GB that only a weight-loading measurement needs.
+CONFIG_ONLY_PRESETS = frozenset({"qwen3-8b", "qwen3-14b", "qwen3-32b"})
 
 # Override flags of the model maker -> Qwen3Shape field.
 OVERRIDES = {

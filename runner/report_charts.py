@@ -335,3 +335,43 @@ def import_bars(frame: pd.DataFrame) -> list[dict[str, Any]]:
         bars.append({"label": f"{name} {label}", "seconds": sum(e["seconds"] for e in entries) / len(entries),
                      "packages": packages})
     return bars
+
+
+# --- snapshot ------------------------------------------------------------------------------------
+
+RESTORE_TITLE = "Every restore to its first token, by stage"
+RESTORE_COLOURS = {"staging": "tab:purple", "CRIU pages": "tab:blue", "CRIU rest": "lightsteelblue",
+                   "GPU restore": "tab:orange", "wake": "tab:green", "weights reload": "tab:olive",
+                   "first answer": "tab:gray"}
+
+
+def restore_chart(bars: list[dict[str, Any]], path: Path, note: str = "") -> Path | None:
+    """Horizontal bars, one per restore: its ``stages`` (name -> seconds, stacked in their order), and
+    a black mark at its physical ``limit_s`` where it has one (counted from the end of a ``staging`` stage)."""
+    bars = [b for b in bars if sum(b["stages"].values()) > 0]
+    if not bars:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(12, 1.8 + 0.34 * len(bars)))
+    # Stages no restore spent time in stay out of the legend.
+    names = [name for name in dict.fromkeys(n for bar in bars for n in bar["stages"])
+             if any(bar["stages"].get(name) for bar in bars)]
+    marked = False  # the limit's legend entry, once
+    for row, bar in enumerate(reversed(bars)):
+        left = 0.0
+        for name in names:
+            seconds = float(bar["stages"].get(name) or 0.0)
+            ax.barh(row, seconds, left=left, color=RESTORE_COLOURS.get(name, "0.7"), edgecolor="white",
+                    linewidth=0.4, label=name if row == 0 else None)
+            left += seconds
+        if bar.get("limit_s"):  # the limit is the restore's: it starts after the staging copy
+            at = float(bar["stages"].get("staging") or 0.0) + bar["limit_s"]
+            ax.plot([at, at], [row - 0.42, row + 0.42], color="black", linewidth=1.6,
+                    label=None if marked else "physical limit")
+            marked = True
+    ax.set_yticks(range(len(bars)), [b["label"] for b in reversed(bars)], fontsize=8)
+    ax.set_xlabel("seconds: the staging copy (before the restore), then restore to first token", fontsize=8)
+    ax.set_title(RESTORE_TITLE)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _subtitle(fig, note)
+    return _save(plt, fig, path, RESTORE_TITLE, note)

@@ -26,6 +26,7 @@ from nodetools.snapshot.engine_run import EngineRun
 from nodetools.snapshot.gates import gates
 from nodetools.snapshot.images import CACHE_STATES
 from nodetools.snapshot.lock import NodeLock
+from nodetools.snapshot.quiesce import LEVELS
 from nodetools.snapshot.vllm_snapshot_mode import VllmSnapshotRun
 
 __all__ = ["main"]
@@ -61,6 +62,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lazy-pages", action="store_true", help="criu: restore with criu lazy-pages (userfaultfd)")
     p.add_argument("--keep-io-uring", dest="disable_io_uring", action="store_false",
                    help="criu: leave kernel.io_uring_disabled as it is (the dump then fails on an io_uring)")
+    p.add_argument("--quiesce", default="none", choices=tuple(LEVELS),
+                   help="criu, cuda_checkpoint: put the engine to sleep before the snapshot (level 1 or 2), wake it "
+                        "after the restore")
+    p.add_argument("--stage-dir", type=Path, default=None,
+                   help="criu: copy the images into this folder in RAM before each restore, and restore from it")
 
 
 def _main_gates(argv: list[str]) -> int:
@@ -88,7 +94,7 @@ def _main_gates(argv: list[str]) -> int:
                            tp=a.tp, model=a.model, revision=a.revision, launch=launch,
                            gpu_memory_fraction=a.gpu_memory_fraction, network_lock=a.network_lock,
                            criu_flags=a.criu_flags, images_dir=a.images, lazy_pages=a.lazy_pages,
-                           disable_io_uring=a.disable_io_uring)
+                           disable_io_uring=a.disable_io_uring, quiesce=a.quiesce, stage_dir=a.stage_dir)
     sys.stdout.write(json.dumps({"reasons": reasons, "facts": facts}) + "\n")
     return exitcodes.OK
 

@@ -3,15 +3,20 @@
 With ``kernel.io_uring_disabled=2`` from before the engine starts (``io_uring.py``), the network
 lock chosen from the node and the flag set that dumped a live vLLM engine (``criu_node.py``):
 
-1. the engine started and timed to its first token, ``answers`` timed answers;
+1. the engine started and timed to its first token, ``answers`` timed answers; with ``quiesce``
+   put to sleep (``quiesce.py``: its KV pool freed, its weights in host memory or dropped);
 2. ``criu dump -t PID`` (the CUDA plugin suspends the GPU state, via ``cuda-checkpoint`` from
    CRIU's PATH, when the engine uses a GPU): seconds, image bytes, the filesystem of the images
    folder, the port free again, GPU memory after;
 3. one restore pass per ``restore_cache`` state (``dropped``: the node's page cache dropped, the
    image read from its disk; ``warm``: the image read into the page cache first; tmpfs is RAM
    either way), each ``criu restore -d`` from the same image: seconds, the first token, the
-   answers; the tree of one pass is stopped before the next, and the ``link_remap`` files the
-   dump made (which a restore unlinks) are put back from a copy (``link_remaps.py``). With
+   answers; with ``quiesce`` the restored engine is woken first (and its weights reloaded after a
+   level-2 sleep); with ``--stage-dir`` the images are copied into that RAM folder first, the copy
+   timed (``stage_s``), and restored from there. The tree of one pass is stopped before the next,
+   the ``link_remap`` files the dump made (which a restore unlinks) are put back from a copy
+   (``link_remaps.py``), and files the engine kept writing are cut back to their dumped size
+   (``written_files.py``). With
    ``lazy_pages`` a ``criu lazy-pages`` daemon serves the memory on demand (userfaultfd) while
    the restored engine already runs: when it has read the whole image is recorded against the
    first token.
@@ -45,10 +50,11 @@ from nodetools.proc import (
     wait_gone,
 )
 from nodetools.snapshot import cuda_tool, images
-from nodetools.snapshot.criu_node import choose_network_lock, flag_problems, remove_leftover_locks
+from nodetools.snapshot.criu_node import choose_network_lock, criu_build, flag_problems, remove_leftover_locks
 from nodetools.snapshot.engine_run import EngineRun
 from nodetools.snapshot.io_uring import IoUringOff
 from nodetools.snapshot.link_remaps import LinkRemaps
+from nodetools.snapshot.written_files import WrittenFiles
 
 __all__ = ["CriuRun"]
 
@@ -92,6 +98,7 @@ class CriuRun(EngineRun):
         self.dumped = False
         self.restored = False
         self.remaps = LinkRemaps()
+        self.written = WrittenFiles()
 
     @property
     def pid(self) -> int:
@@ -102,6 +109,7 @@ class CriuRun(EngineRun):
         problems = flag_problems(self.args.criu_flags)
         lock = choose_network_lock(self.args.network_lock, self.args.criu)
         self.lock_method = lock.method
+        self.out["criu"] = criu_build(self.args.criu)
         self.out["criu_flags"] = list(self.args.criu_flags)
         self.out["network_lock"] = lock.as_dict()
         self.out["images_dir"] = {"path": str(self.args.images), **images.filesystem(self.args.images)}
@@ -125,13 +133,12 @@ class CriuRun(EngineRun):
             self.out["io_uring"] = {"sysctl": "kernel.io_uring_disabled", "left_alone": True}
         return super().measure()
 
-    def _criu(self, action: str, log: str, extra: list[str]) -> subprocess.CompletedProcess[str]:
+    def _criu(self, action: str, log: str, extra: list[str], images: Path) -> subprocess.CompletedProcess[str]:
         # -W puts the tool's log beside the server log, where the collect phase fetches it.
-        return run_captured(self._argv(action, log, extra), self.args.timeout_s, self.criu_env)
+        return run_captured(self._argv(action, log, extra, images), self.args.timeout_s, self.criu_env)
 
-    def _argv(self, action: str, log: str, extra: list[str]) -> list[str]:
-        argv = [self.args.criu, action, "-D", str(self.args.images), "-W", str(self.args.log.parent), "-o", log,
-                "-v4"]
+    def _argv(self, action: str, log: str, extra: list[str], images: Path) -> list[str]:
+        argv = [self.args.criu, action, "-D", str(images), "-W", str(self.args.log.parent), "-o", log, "-v4"]
         if action != "lazy-pages":
             argv += [*self.args.criu_flags, "--network-lock", self.lock_method]
         if self.args.libdir:
@@ -140,9 +147,15 @@ class CriuRun(EngineRun):
 
     def after_first_token(self) -> int:
         self.out["answers_before_dump_s"] = self.answers(self.args.answers)
-        self.out["gpu_mem_mib_before"] = memory_used_mib(self.timer.gpus)
+        error = self.sleep_engine()
+        if error:
+            self.out["error"] = error
+            return exitcodes.DIED
+        self.out["gpu_mem_mib_before"] = memory_used_mib(self.timer.gpus)  # asleep, when quiesced
         self.remaps.seen(self.pid)
+        self.written.seen(self.pid)
         self.out["link_remaps"] = self.remaps.record
+        self.out["written_files"] = self.written.record
         rc = self._dump()
         if rc != exitcodes.OK:
             return rc
@@ -151,6 +164,7 @@ class CriuRun(EngineRun):
             if index:
                 self._stop_restored()
                 self.remaps.put_back()  # the last restore unlinked them: this one needs them again
+                self.written.put_back()  # CRIU refuses a file whose size changed since the dump
             rc = self._restore(cache)
             if rc != exitcodes.OK:
                 return rc
@@ -164,7 +178,7 @@ class CriuRun(EngineRun):
     def _dump(self) -> int:
         images.empty(self.args.images)
         started = time.time()
-        dump = self._criu("dump", "dump.log", ["-t", str(self.pid)])
+        dump = self._criu("dump", "dump.log", ["-t", str(self.pid)], self.args.images)
         self.out["dump_s"] = round(time.time() - started, 4)
         if dump.returncode != 0:
             time.sleep(0.2)
@@ -172,10 +186,12 @@ class CriuRun(EngineRun):
             self.out["after_failed_dump"] = {"T": "frozen", "": "gone", "Z": "gone"}.get(letter, "running")
             if letter == "T":  # never leave it half-frozen
                 signal_group(self.pid, signal.SIGCONT)
-            self.out["error"] = f"criu dump failed with rc {dump.returncode} (see dump.log)"
+            asleep = f" of the engine asleep (quiesce {self.quiesce.name})" if self.quiesce.level else ""
+            self.out["error"] = f"criu dump{asleep} failed with rc {dump.returncode} (see dump.log)"
             return exitcodes.DIED
         self.dumped = True
         self.remaps.keep(self._remaps_store)
+        self.written.dumped()  # the tree is frozen, then gone: these are the sizes CRIU recorded
         assert self.timer.proc is not None
         self.timer.proc.wait(timeout=30)  # CRIU killed the dumped tree: reap our child
         self._wait_group_gone()
@@ -204,13 +220,19 @@ class CriuRun(EngineRun):
     def _restore(self, cache: str) -> int:
         record: dict[str, Any] = images.set_cache(self.args.images, cache)
         self.out["restores"].append(record)
+        source, in_ram = self.args.images, bool(self.out["images_dir"].get("in_ram"))
+        if self.args.stage_dir:  # read from the disk (or page cache) as set above, into RAM
+            record.update(images.stage(self.args.images, self.args.stage_dir))
+            source, in_ram = self.args.stage_dir, bool(record["stage_dir"].get("in_ram"))
+        record["image_source"] = "tmpfs" if in_ram else "disk"
         lazy = None
         if self.args.lazy_pages:
-            lazy = _LazyPages(self._argv("lazy-pages", f"lazy-pages-{cache}.log", []), self.criu_env,
+            lazy = _LazyPages(self._argv("lazy-pages", f"lazy-pages-{cache}.log", [], source), self.criu_env,
                               self.args.log.parent / LAZY_SOCKET)
             self.lease_group(lazy.proc.pid, "criu lazy-pages")
         started = time.time()
-        restore = self._criu("restore", f"restore-{cache}.log", ["-d", *(["--lazy-pages"] if lazy else [])])
+        lazy_flag = ["--lazy-pages"] if lazy else []
+        restore = self._criu("restore", f"restore-{cache}.log", ["-d", *lazy_flag], source)
         record["restore_s"] = round(time.time() - started, 4)
         if restore.returncode != 0:
             if lazy is not None:
@@ -220,6 +242,10 @@ class CriuRun(EngineRun):
         self.out["restored_pid_same"] = state(self.pid) not in ("", "Z")
         if self.out["restored_pid_same"]:
             self.lease_group(self.pid, "engine restored by criu")  # same pid, a new start time
+        error = self.wake_engine(record)  # restored asleep, as it was dumped
+        if error:
+            self.out["error"] = error
+            return exitcodes.DIED
         got_token = self.wait_token("restore_to_first_token_s", started, record)
         if got_token:
             record["answers_s"] = self.answers(self.args.answers)
@@ -257,3 +283,6 @@ class CriuRun(EngineRun):
             shutil.rmtree(self.args.images, ignore_errors=True)  # tens of GB a trial, on a disk or in RAM
             shutil.rmtree(self._remaps_store, ignore_errors=True)
             self.out["images_removed"] = not self.args.images.exists()
+        if self.args.stage_dir and self.args.stage_dir.exists():
+            shutil.rmtree(self.args.stage_dir, ignore_errors=True)  # RAM: never kept
+            self.out["staged_removed"] = not self.args.stage_dir.exists()

@@ -28,8 +28,8 @@ from typing import Any
 from nodetools.proc import run_captured
 
 __all__ = ["DEFAULT_FLAGS", "MIN_CRIU", "NETWORK_LOCKS", "PLUGIN_DIRS", "NetworkLock", "choose_network_lock",
-           "criu_check", "criu_feature", "criu_version", "cuda_plugin_dir", "flag_problems", "plugin_dirs",
-           "remove_leftover_locks"]
+           "criu_build", "criu_check", "criu_feature", "criu_version", "cuda_plugin_dir", "flag_problems",
+           "plugin_dirs", "remove_leftover_locks"]
 
 MIN_CRIU = (4, 1)
 PLUGIN_DIRS = ("/usr/lib/criu", "/usr/local/lib/criu")  # distribution and source builds' PLUGINDIR
@@ -53,6 +53,22 @@ def criu_version(criu: str) -> tuple[int, ...] | None:
         return None
     match = re.search(r"Version:\s*([\d.]+)", run_captured([criu, "--version"], 30).stdout)
     return tuple(int(p) for p in match.group(1).split(".") if p) if match else None
+
+
+def criu_build(criu: str) -> dict[str, str]:
+    """What ``criu --version`` says of the binary a trial runs: its path, ``version`` and, for a
+    development build, the commit it prints (``gitid``); ``error`` where it does not answer."""
+    path = shutil.which(criu)
+    if path is None:
+        return {"path": criu, "error": "not found"}
+    text = run_captured([criu, "--version"], 30).stdout
+    version, gitid = re.search(r"Version:\s*(\S+)", text), re.search(r"GitID:\s*(\S+)", text)
+    out = {"path": path, "version": version.group(1) if version else ""}
+    if gitid:
+        out["gitid"] = gitid.group(1)
+    if not version:
+        out["error"] = f"no version in: {text.strip()[:120]!r}"
+    return out
 
 
 def _last_line(done: subprocess.CompletedProcess[str]) -> str:

@@ -5,8 +5,10 @@ holds a CUDA context: nvidia-smi's compute apps of the engine's process group or
 (where nvidia-smi lists no PIDs, as in some VMs and containers) the group's processes that map
 ``/dev/nvidia*``. All are locked before any is checkpointed and restored before any is unlocked
 (NVIDIA's order for a process tree); seconds per action and per process, GPU memory before /
-while / after, the first token after the restore. ``--cuda-checkpoint`` names NVIDIA's binary or
-``nodetools/cuda_checkpoint_api.py``; which one acted is recorded (``cuda_tool.identify``).
+while / after, the first token after the restore. With ``quiesce`` the engine sleeps before the
+lock and is woken after the unlock (``quiesce.py``), so only what the sleep left on the GPU moves.
+``--cuda-checkpoint`` names NVIDIA's binary or ``nodetools/cuda_checkpoint_api.py``; which one
+acted is recorded (``cuda_tool.identify``).
 
 Stdlib only: this runs on the node.
 """
@@ -113,6 +115,10 @@ class CudaCheckpointRun(EngineRun):
 
     def after_first_token(self) -> int:
         self.out["cuda_checkpoint_tool"] = cuda_tool.identify(self.args.cuda_checkpoint)
+        error = self.sleep_engine()
+        if error:
+            self.out["error"] = error
+            return exitcodes.DIED
         candidates, source = self.gpu_pids()
         self.out["gpu_pids_source"] = source
         pids, per, error = self._reachable(candidates, source)
@@ -144,6 +150,10 @@ class CudaCheckpointRun(EngineRun):
             if action == "restore":
                 restored_at = started
         self.out["gpu_mem_mib_after"] = memory_used_mib(self.timer.gpus)
+        error = self.wake_engine(self.out)
+        if error:
+            self.out["error"] = error
+            return exitcodes.DIED
         if not self.wait_token("restore_to_first_token_s", restored_at):
             self.out["error"] = "no token within 120 s after cuda-checkpoint restore"
             return exitcodes.DIED

@@ -1,5 +1,6 @@
 """What every snapshot mode does with its engine: start it and time it to its first token (the cold-start
-timer, :class:`nodetools.timer.Timer`), ask it for answers, wait for the first token after a restore, stop it.
+timer, :class:`nodetools.timer.Timer`), ask it for answers, quiesce it before the snapshot and wake it
+after (``quiesce.py``), wait for the first token after a restore, stop it.
 
 Stdlib only: this runs on the node.
 """
@@ -14,6 +15,7 @@ from typing import Any
 from nodetools import exitcodes
 from nodetools.http_probe import first_token, post
 from nodetools.proc import stop_group
+from nodetools.snapshot.quiesce import Quiesce
 from nodetools.timer import Timer
 
 __all__ = ["ANSWER_TOKENS", "EngineRun"]
@@ -30,6 +32,7 @@ class EngineRun:
         self.timer = Timer(launch, args.log, args.poll_s, args.timeout_s)
         self.out = self.timer.out
         self.out["mode"] = getattr(args, "mode", "")
+        self.quiesce = Quiesce(getattr(args, "quiesce", "none"), self.timer.port, self.timer.gpus)
 
     def measure(self) -> int:
         """Start the engine, time its first token, then the mode's work; an exit code."""
@@ -43,6 +46,16 @@ class EngineRun:
 
     def after_first_token(self) -> int:
         raise NotImplementedError
+
+    def sleep_engine(self) -> str:
+        """Quiesce the engine before its snapshot (``out["quiesce"]``); an error naming the step, or ""."""
+        if not self.quiesce.level or self.timer.proc is None:
+            return ""
+        return self.quiesce.sleep(self.timer.proc.pid, self.out.setdefault("quiesce", {"asked": self.quiesce.name}))
+
+    def wake_engine(self, record: dict[str, Any]) -> str:
+        """Wake the engine a restore brought back, asleep as it was dumped; its seconds into ``record``."""
+        return self.quiesce.wake(record)
 
     def wait_token(self, key: str, since: float, record: dict[str, Any] | None = None) -> bool:
         """Poll for a real token for up to TOKEN_WAIT_S; the seconds from ``since`` into ``record[key]``."""

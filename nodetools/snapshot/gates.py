@@ -2,7 +2,10 @@
 
 ``gates`` returns the unmet ones as reasons a user can act on (the trial is then skipped with
 them) and the facts it read (CRIU's version, the network-lock method it would take, the images
-folder's filesystem, ...). Stdlib only: this runs on the node.
+folder's filesystem, ...). What a snapshot moves to host memory and writes to its images is the
+engine's share of GPU memory, or, quiesced, only the weights a level-1 sleep backs up (at least
+the model folder's weight files; nothing counted for dummy weights or a level-2 sleep).
+Stdlib only: this runs on the node.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from nodetools.snapshot.criu_node import (
     plugin_dirs,
 )
 from nodetools.snapshot.io_uring import SYSCTL
+from nodetools.snapshot.quiesce import LEVELS
 from nodetools.vllm_cli import subcommand_reasons
 
 __all__ = ["IPC_RESTORE_DRIVER", "LOCK_ACTION_DRIVER", "gates", "mem_available_bytes"]
@@ -35,6 +39,8 @@ __all__ = ["IPC_RESTORE_DRIVER", "LOCK_ACTION_DRIVER", "gates", "mem_available_b
 IPC_RESTORE_DRIVER = 610  # cuda-checkpoint restores processes that use CUDA IPC (any TP>1 engine) from 610 on
 LOCK_ACTION_DRIVER = 570  # the separate lock/checkpoint/restore/unlock actions (and the driver API) from 570 on
 GIB = 2**30
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+ENGINE_GPU = "the engine's GPU memory"
 
 
 def mem_available_bytes() -> int:
@@ -62,9 +68,43 @@ def _criu_gates(criu: str, libdir: str, on_gpu: bool, facts: dict[str, Any]) -> 
     return reasons
 
 
+def weights_on_disk(model: str) -> int:
+    """Bytes of the weight files in a local model folder (0 for a model id, or a folder without them)."""
+    folder = Path(model) if model.startswith("/") else None
+    if folder is None or not folder.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
+
+
+def _quiesce_gates(quiesce: str, launch: dict[str, Any] | None) -> list[str]:
+    """A quiesced engine answers /sleep only when started with sleep mode and vLLM's development routes."""
+    if not LEVELS[quiesce] or launch is None:
+        return []
+    argv, env = [str(a) for a in launch.get("argv") or []], launch.get("env") or {}
+    missing = [] if "--enable-sleep-mode" in argv else ["--enable-sleep-mode"]
+    if str(env.get("VLLM_SERVER_DEV_MODE", "")) != "1" and "VLLM_SERVER_DEV_MODE=1" not in argv:
+        missing.append("VLLM_SERVER_DEV_MODE=1")
+    return [f"quiesce {quiesce} needs the engine started with {' and '.join(missing)} (the plan adds them)"] \
+        if missing else []
+
+
+def _stage_gates(stage_dir: Path, image_bytes: int, facts: dict[str, Any]) -> list[str]:
+    fs = images.filesystem(stage_dir)
+    if stage_dir.is_dir():  # an earlier staged copy there is replaced
+        fs["free_bytes"] += images.size_bytes(stage_dir)
+    facts["stage_dir"] = {"path": str(stage_dir), **fs}
+    reasons = [] if fs["in_ram"] else [f"image_source tmpfs stages the images in RAM, but {stage_dir} is on "
+                                       f"{fs['fs_type']} ({fs['mount']})"]
+    if image_bytes > fs["free_bytes"]:
+        reasons.append(f"staging copies the image (>= {image_bytes / GIB:.1f} GiB) into {stage_dir}, which has "
+                       f"{fs['free_bytes'] / GIB:.1f} GiB free")
+    return reasons
+
+
 def _criu_mode_gates(criu: str, flags: list[str], network_lock: str, images_dir: Path | None, lazy_pages: bool,
-                     disable_io_uring: bool, gpu_bytes: int, facts: dict[str, Any]) -> list[str]:
-    """The criu mode's settings (the flags, the network lock, io_uring, the images folder, lazy pages)."""
+                     disable_io_uring: bool, gpu_bytes: int, facts: dict[str, Any], what: str) -> list[str]:
+    """The criu mode's settings (the flags, the network lock, io_uring, the images folder, lazy pages);
+    ``gpu_bytes``: what the dump moves to host memory and the image holds at least (``what`` it is)."""
     reasons = flag_problems(flags)
     lock = choose_network_lock(network_lock, criu)
     facts["network_lock"] = lock.as_dict()
@@ -83,12 +123,13 @@ def _criu_mode_gates(criu: str, flags: list[str], network_lock: str, images_dir:
             fs["free_bytes"] += images.size_bytes(images_dir)
         facts["images_dir"] = {"path": str(images_dir), **fs}
         if gpu_bytes and fs["free_bytes"] < gpu_bytes:
-            reasons.append(f"the image holds the engine's GPU memory (>= {gpu_bytes / GIB:.1f} GiB) but {images_dir} "
+            reasons.append(f"the image holds {what} (>= {gpu_bytes / GIB:.1f} GiB) but {images_dir} "
                            f"({fs['fs_type']}) has {fs['free_bytes'] / GIB:.1f} GiB free")
         # On tmpfs the image is RAM too, beside the staged GPU memory while the dump writes it.
         need = gpu_bytes * (2 if fs["in_ram"] else 1)
         if need and need > mem_available_bytes():
-            reasons.append(f"dumping moves {gpu_bytes / GIB:.1f} GiB of GPU memory to host RAM"
+            moved = "GPU memory" if what == ENGINE_GPU else what
+            reasons.append(f"dumping moves {gpu_bytes / GIB:.1f} GiB of {moved} to host RAM"
                            f"{' and writes it again to ' + fs['fs_type'] if fs['in_ram'] else ''}: "
                            f"{need / GIB:.1f} GiB needed, {mem_available_bytes() / GIB:.1f} GiB available")
     return reasons
@@ -137,7 +178,8 @@ def gates(mode: str, *, criu: str = "criu", libdir: str = "", cuda_checkpoint: s
           gpus: list[int] | None = None, tp: int = 1, model: str = "", revision: str = "",
           launch: dict[str, Any] | None = None, gpu_memory_fraction: float = 1.0, network_lock: str = "auto",
           criu_flags: list[str] | None = None, images_dir: Path | None = None, lazy_pages: bool = False,
-          disable_io_uring: bool = True) -> tuple[list[str], dict[str, Any]]:
+          disable_io_uring: bool = True, quiesce: str = "none",
+          stage_dir: Path | None = None) -> tuple[list[str], dict[str, Any]]:
     """(unmet preconditions of ``mode`` in words, the facts read)."""
     gpus = gpus or []
     reasons: list[str] = []
@@ -147,11 +189,17 @@ def gates(mode: str, *, criu: str = "criu", libdir: str = "", cuda_checkpoint: s
     if on_gpu and facts["driver_major"] is not None:
         total = sum(mib for index, mib in memory_total_mib().items() if index in gpus)
         gpu_bytes = int(total * 2**20 * gpu_memory_fraction)
+    what = ENGINE_GPU
+    if LEVELS[quiesce]:  # the pool is freed: the weights a level-1 sleep backs up are what is sure to move
+        gpu_bytes, what = (weights_on_disk(model) if LEVELS[quiesce] == 1 else 0), "the weights the sleep backs up"
+        facts["quiesce"] = {"asked": quiesce, "image_at_least_bytes": gpu_bytes}
+    reasons += _quiesce_gates(quiesce, launch)
     if mode in ("criu", "vllm_snapshot"):
         reasons += _criu_gates(criu, libdir, on_gpu, facts)
     if mode == "criu":
         reasons += _criu_mode_gates(criu, list(DEFAULT_FLAGS if criu_flags is None else criu_flags), network_lock,
-                                    images_dir, lazy_pages, disable_io_uring, gpu_bytes, facts)
+                                    images_dir, lazy_pages, disable_io_uring, gpu_bytes, facts, what)
+        reasons += _stage_gates(stage_dir, gpu_bytes, facts) if stage_dir is not None else []
     if on_gpu or mode == "cuda_checkpoint":
         reasons += _gpu_gates(mode, cuda_checkpoint, gpus, tp, gpu_bytes, gpu_memory_fraction,
                               mode == "criu" and images_dir is not None, facts)

@@ -51,5 +51,23 @@ class AdminRoutes:
         await self.engine.wake_up(list(tags) if tags else None)
         return web.Response(status=200)
 
+    async def collective_rpc(self, request: web.Request) -> web.Response:
+        """vLLM's development RPC, for the one method a level-2 wake needs: ``reload_weights``."""
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            return error_response(ApiError(400, f"JSON decode error: {exc}"))
+        method = body.get("method") if isinstance(body, dict) else None
+        if method is None:
+            return error_response(ApiError(400, "Missing 'method' in request body"))
+        if method != "reload_weights":
+            return error_response(ApiError(400, f"the stand-in's collective_rpc runs reload_weights only, not "
+                                                f"{str(method)[:64]!r}", param="method"))
+        try:
+            await self.engine.reload_weights()
+        except NotImplementedError as exc:  # vLLM's answer for a format it cannot reload (dummy)
+            return error_response(ApiError(500, str(exc), "InternalServerError"))
+        return json_response({"results": [None]})
+
     async def is_sleeping(self, request: web.Request) -> web.Response:
         return json_response({"is_sleeping": self.engine.is_sleeping})

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from nodetools.standin.kvcache import ROOT_HASH, KvCacheManager, hash_blocks
 from nodetools.standin.request import EngineRequest, RequestState
+from nodetools.standin.sleep_memory import SleepMemory
 from nodetools.standin.stats import EngineStats
 from nodetools.standin.textgen import AnswerGenerator, StandinTokenizer
 from nodetools.standin.vllm_log import STYLES, ProcLogger
@@ -63,8 +64,10 @@ class Engine:
     """Scheduler loop, KV accounting and sleep state of one stand-in engine."""
 
     def __init__(self, params: EngineParams, kv: KvCacheManager, *, tokenizer: StandinTokenizer, stats: EngineStats,
-                 memory: MemoryFigures, log_engine: ProcLogger, log_api: ProcLogger) -> None:
+                 memory: MemoryFigures, log_engine: ProcLogger, log_api: ProcLogger,
+                 weights: SleepMemory | None = None) -> None:
         self.p = params
+        self.weights = weights or SleepMemory([])  # the weights' host copy across a sleep
         self.kv = kv
         self.tokenizer = tokenizer
         self.stats = stats
@@ -351,7 +354,11 @@ class Engine:
         self.reset_prefix_cache()
         self.sleeping_tags = {"weights", "kv_cache"}
         self.sleep_level = level
-        await asyncio.sleep(self.p.sleep_s)
+        if level == 1:  # the weights to host memory, while the modelled seconds pass
+            await asyncio.gather(asyncio.sleep(self.p.sleep_s), asyncio.to_thread(self.weights.back_up))
+        else:
+            self.weights.drop()
+            await asyncio.sleep(self.p.sleep_s)
         mem = self.memory
         backed_up = mem.weights_gib if level == 1 else 0.0
         freed = mem.weights_gib + mem.kv_gib + mem.graphs_gib
@@ -369,6 +376,8 @@ class Engine:
         start = self._loop.time()
         woken = set(tags) if tags else set(self.sleeping_tags)
         await asyncio.sleep(self.p.wake_s)
+        if "weights" in woken:
+            self.weights.release()  # copied back (level 1); level 2's must be reloaded
         self.sleeping_tags -= woken
         elapsed = self._loop.time() - start
         if self.p.log_style == "0.24":
@@ -378,3 +387,9 @@ class Engine:
         if not self.sleeping_tags:
             self.sleep_level = 0
             self._wake.set()
+
+    async def reload_weights(self) -> None:
+        """vLLM's ``reload_weights``: the weights read again from the model's files."""
+        self.log.info("Reloading weights inplace...")
+        _, seconds = await asyncio.to_thread(self.weights.reload)
+        self.log.info("Reloading and processing weights took %.2f seconds", seconds)

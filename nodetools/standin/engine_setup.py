@@ -8,7 +8,8 @@ from nodetools.standin.caches import compile_cache_key
 from nodetools.standin.config import STANDIN_VERSION, ServeConfig
 from nodetools.standin.engine import Engine, EngineParams, MemoryFigures
 from nodetools.standin.kvcache import FsTier, HostTier, KvCacheManager
-from nodetools.standin.startup import StartupResult, run_engine_startup, spawn_engine_core
+from nodetools.standin.sleep_memory import SleepMemory
+from nodetools.standin.startup import StartupResult, run_engine_startup, spawn_engine_core, weight_files
 from nodetools.standin.stats import EngineStats
 from nodetools.standin.tokenizer import TokenizerChoice
 from nodetools.standin.vllm_log import ProcLogger
@@ -62,4 +63,7 @@ def build_engine(cfg: ServeConfig, result: StartupResult, max_model_len: int, ap
         seed=cfg.seed, sleep_s=k.sleep_s, wake_s=k.wake_s, log_style=k.log_style,
         crash_after_requests=k.crash_after_requests)
     memory = MemoryFigures(result.model_gib, result.kv_gib, result.graphs_gib, k.sleep_residual_gib)
-    return Engine(params, kv, tokenizer=tok.tokenizer, stats=stats, memory=memory, log_engine=eng, log_api=api)
+    # What a sleep backs up (level 1) or a reload reads again (after level 2): the files the start read.
+    files = [] if cfg.load_format == "dummy" else weight_files(cfg.model_path, k.weights_file)
+    return Engine(params, kv, tokenizer=tok.tokenizer, stats=stats, memory=memory, log_engine=eng, log_api=api,
+                  weights=SleepMemory(files, cfg.load_format))

@@ -36,7 +36,8 @@ def build_routes(cfg: ServeConfig, engine: Engine, max_model_len: int, tokenizer
     ]
     if cfg.enable_sleep_mode:
         routes += [web.post("/sleep", admin.sleep), web.post("/wake_up", admin.wake_up),
-                   web.get("/is_sleeping", admin.is_sleeping, allow_head=False)]
+                   web.get("/is_sleeping", admin.is_sleeping, allow_head=False),
+                   web.post("/collective_rpc", admin.collective_rpc)]
     return routes
 
 

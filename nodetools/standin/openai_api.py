@@ -138,6 +138,9 @@ class OpenAIRoutes:
             raise ApiError(404, f"The model `{gen.model}` does not exist.", "NotFoundError", "model")
         if self.engine.is_sleeping:
             raise ApiError(503, "The engine is sleeping: POST /wake_up first.", "ServiceUnavailableError")
+        if self.engine.weights.need_reload:  # vLLM would answer with garbage: the stand-in says why
+            raise ApiError(503, "The weights were discarded by a level-2 sleep: POST /collective_rpc "
+                           "{\"method\": \"reload_weights\"} first.", "ServiceUnavailableError")
         limit = self.max_model_len
         plans: list[tuple[list[int], int]] = []
         for prompt in gen.prompts:

@@ -3,7 +3,9 @@
 An offload tier's GB/s means little alone: against the node's pinned host-to-GPU copy rate
 (``h2d_copy``) it says how close the tier came to the PCIe link, against its disk read rate (fio's
 ``buffered_read`` or ``seq_read_direct``) how close a file-system tier came to the disk. A CRIU
-restore's seconds compare with ``image bytes / disk rate + GPU bytes / host-to-GPU rate``.
+restore's seconds compare with ``image bytes / read rate + GPU bytes / host-to-GPU rate``, the read
+rate the disk's or, for images in RAM, a fio read whose target is on tmpfs (``ram_read``: the
+filesystem from the host's facts in the trial record, else a target under /dev/shm).
 
 ``node_limits(root)`` reads the trial records (``trials/<id>/trial.json``) of one results folder
 directly, so a kind's report section can call it without the results store (a layer above the
@@ -50,14 +52,19 @@ class NodeLimits:
 
     host: str
     copies: Mapping[tuple[str, str], Rate] = field(default_factory=dict)  # (h2d|d2h, pinned|pageable) -> rate
-    disk_reads: Mapping[str, Rate] = field(default_factory=dict)  # fio mode -> rate
+    disk_reads: Mapping[str, Rate] = field(default_factory=dict)  # fio mode -> rate (targets on a disk)
     not_measured: Mapping[str, str] = field(default_factory=dict)
+    ram_reads: Mapping[str, Rate] = field(default_factory=dict)  # fio mode -> rate (targets on tmpfs)
 
     def copy(self, direction: str = "h2d", memory: str = "pinned") -> Rate | None:
         return self.copies.get((direction, memory))
 
     def disk_read(self, prefer: tuple[str, ...] = DISK_READ_MODES) -> Rate | None:
         return next((self.disk_reads[m] for m in prefer if m in self.disk_reads), None)
+
+    def ram_read(self, prefer: tuple[str, ...] = DISK_READ_MODES) -> Rate | None:
+        """A fio read of files in RAM (tmpfs): what reading an image staged there can reach."""
+        return next((self.ram_reads[m] for m in prefer if m in self.ram_reads), None)
 
 
 def _records(root: Path) -> Iterator[dict[str, Any]]:
@@ -79,6 +86,15 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
+def _on_ram(target: str, facts: Any) -> bool:
+    """Whether fio's ``target`` lies on tmpfs: the longest mount of the host's facts holding it, else /dev/shm."""
+    mounts = [m for m in (facts or {}).get("mounts") or [] if isinstance(m, dict) and m.get("mountpoint")]
+    inside = [m for m in mounts if target == m["mountpoint"] or target.startswith(m["mountpoint"].rstrip("/") + "/")]
+    if inside:
+        return str(max(inside, key=lambda m: len(m["mountpoint"])).get("fstype")) in ("tmpfs", "ramfs")
+    return target == "/dev/shm" or target.startswith("/dev/shm/")
+
+
 def _rates(samples: dict[Any, list[tuple[float, str]]]) -> dict[Any, Rate]:
     return {key: Rate(round(statistics.median(v for v, _ in values), 3), values[0][1], len(values))
             for key, values in samples.items()}
@@ -88,6 +104,7 @@ def node_limits(root: Path) -> dict[str, NodeLimits]:
     """Every host's limits measured by the ``storage`` trials of the results folder ``root``."""
     copies: dict[str, dict[tuple[str, str], list[tuple[float, str]]]] = {}
     reads: dict[str, dict[str, list[tuple[float, str]]]] = {}
+    ram: dict[str, dict[str, list[tuple[float, str]]]] = {}
     missing: dict[str, dict[str, str]] = {}
     for record in _records(root):
         host, mode = str(record.get("host", "")), str(record.get("mode", ""))
@@ -102,13 +119,16 @@ def node_limits(root: Path) -> dict[str, NodeLimits]:
                     copies.setdefault(host, {}).setdefault((m[1], m[2]), []).append(
                         (rate, f"h2d_copy {m[1]} {m[2]}, {where}"))
         elif mode in DISK_READ_MODES and (rate := _number(metrics.get("gb_s"))):
-            reads.setdefault(host, {}).setdefault(mode, []).append((rate, f"fio {mode} {params.get('target', '')}"))
-    hosts = sorted({*copies, *reads, *missing})
+            target = str(params.get("target", ""))
+            found = ram if _on_ram(target, record.get("host_facts")) else reads
+            found.setdefault(host, {}).setdefault(mode, []).append((rate, f"fio {mode} {target}"))
+    hosts = sorted({*copies, *reads, *ram, *missing})
     out = {}
     for host in hosts:
-        measured = set(reads.get(host, {})) | ({_COPY_MODE} if host in copies else set())
+        measured = set(reads.get(host, {})) | set(ram.get(host, {})) | ({_COPY_MODE} if host in copies else set())
         out[host] = NodeLimits(host, _rates(copies.get(host, {})), _rates(reads.get(host, {})),
-                               {m: why for m, why in missing.get(host, {}).items() if m not in measured})
+                               {m: why for m, why in missing.get(host, {}).items() if m not in measured},
+                               _rates(ram.get(host, {})))
     return out
 
 

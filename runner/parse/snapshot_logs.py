@@ -57,6 +57,13 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
         ("criu_no_cuda_checkpoint", r"check that cuda-checkpoint is present in \$PATH",
          "CRIU's CUDA plugin found no cuda-checkpoint on CRIU's PATH and disabled itself: install it (the "
          "cuda_checkpoint role) or give its path as the mode's cuda_checkpoint"),
+        ("criu_file_size_changed", r"has bad size \d+ \(expect \d+\)",
+         "a regular file the engine holds open changed size since the dump (a log written without O_APPEND): "
+         "CRIU refuses it; the criu mode cuts the files the tree held open for writing back to their dumped size "
+         "before each later restore, so this one was opened after the dump's listing or by another process"),
+        ("weights_reload_unsupported", r"Model reloading with `\w+` format",
+         "vLLM cannot read the weights back after a level-2 sleep with this load format (only its default loader "
+         "can): use quiesce sleep"),
         ("criu_dump_failed", r"Dumping FAILED", "criu dump failed"),
         ("criu_restore_failed", r"Restoring FAILED|Restore failed", "criu restore failed"),
         ("vllm_snapshot_plugin_dir", r"CRIU_CUDA_PLUGIN_DIR is required",

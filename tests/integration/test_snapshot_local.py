@@ -1,5 +1,7 @@
 """Snapshot end to end on this machine: a real CRIU dump and restores of the running stand-in, through
-the runner (gates, measure, collect, report): page cache dropped, then warm, and a lazy restore.
+the runner (gates, measure, collect, report): page cache dropped, then warm, and a lazy restore; and
+quiesced: the stand-in put to sleep before the dump, its images staged in tmpfs, woken after each
+restore (level 2: its weights reloaded), the rows and the chart.
 
 CRIU comes from the criu role (scripts/test.sh installs it before the tests; ``CRIU_BIN`` may
 point elsewhere). Debian 12's 3.17 cannot run on this kernel and 4.1 cannot dump TCP sockets here,
@@ -146,3 +148,43 @@ def test_a_dump_that_fails_midway_leaves_the_engine_running_then_stopped(
     assert '"after_failed_dump": "running"' in timings  # CRIU thawed it: never left half-frozen
     assert '"fs_type": "tmpfs"' in timings and '"in_ram": true' in timings
     assert port_free(port)  # and the engine was then stopped cleanly
+
+
+def test_a_quiesced_stand_in_is_dumped_asleep_staged_restored_and_woken(
+        criu: str, write_campaign: Callable[[str], Path], tmp_path: Path) -> None:
+    port, stage = free_port(), Path("/dev/shm") / f"gpu-campaign-test-stage-{os.getpid()}"
+    text = campaign(tmp_path, port, f"{{criu: {criu}, quiesce: sleep, image_source: tmpfs, stage_dir: {stage}, "
+                                    "restore_cache: [dropped, warm], tmpfs_read_gb_s: 2.0}")
+    text += f"""\
+  - kind: snapshot
+    name: level2
+    modes:
+      criu: {{criu: {criu}, quiesce: sleep2, disk_read_gb_s: 0.5}}
+    timeout_s: 180
+"""
+    path = write_campaign(text.replace("      cuda_checkpoint:\n", "      cuda_checkpoint: {quiesce: sleep}\n"))
+    results = tmp_path / "results"
+    assert main([str(path), "--quiet", "--results", str(results)]) == 0
+    r = rows(results)
+    asleep, level2 = r["snapshot.criu"], r["level2.criu"]
+    assert asleep["status"] == "ok" and asleep["quiesce"] == "sleep" and asleep["model"] == "model"
+    assert asleep["criu_version"] == ".".join(map(str, criu_version(criu) or ()))
+    # Asleep, the stand-in holds its 64 MiB of weights in a memfd: the image carries them.
+    assert float(asleep["sleep_host_gib"]) >= 0.9 * 64 / 1024 and float(asleep["sleep_s"]) > 0
+    assert float(asleep["image_gib"]) > 64 / 1024
+    assert asleep["image_source"] == "tmpfs" and float(asleep["stage_s"]) > 0 and float(asleep["wake_s"]) > 0
+    assert float(asleep["restore_to_first_token_s"]) > float(asleep["restore_s"])
+    assert float(asleep["limit_s"]) > 0 and asleep["limit_read_from"] == "mode parameter"
+    assert not stage.exists()  # the staged copy is RAM: removed with the trial
+    assert level2["status"] == "ok" and level2["quiesce"] == "sleep2" and level2["image_source"] == "disk"
+    assert float(level2["reload_s"]) > 0 and float(level2["wake_s"]) > 0
+    assert float(asleep["image_gib"]) - float(level2["image_gib"]) >= 0.9 * 64 / 1024  # the weights left out
+    assert r["snapshot.cuda_checkpoint"]["status"] == "skipped" and r["snapshot.cuda_checkpoint"]["quiesce"] == "sleep"
+    log = (results / "trials/snapshot.criu.r1@localhost/raw/localhost/server.log").read_text()
+    assert "POST /sleep?level=1" in log and log.count("wake up the engine with tags: None") == 2
+    report = (results / "report.md").read_text()
+    assert "| CRIU restore from tmpfs, engine asleep (sleep) | snapshot |" in report
+    assert "| CRIU restore from disk, engine asleep (sleep2), page cache dropped | level2 |" in report
+    assert "![every restore by stage](snapshot_restore.png)" in report
+    assert (results / "snapshot_restore.png").stat().st_size > 1000
+    assert port_free(port)

@@ -6,7 +6,9 @@ while ``kernel.io_uring_disabled`` is 2: the process goes on without, as the lib
 ``--tcp-pair`` holds an established loopback TCP connection inside the tree (both ends, traffic
 flowing), as vLLM's processes do; ``--unlinked-shm DIR`` maps a file of /dev/shm shared and unlinks the
 name it was opened by while a second name (in DIR) keeps it: CRIU dumps that with a
-``link_remap`` file beside it, as it dumped a semaphore of vLLM 0.24.0 on the H200. Each says what
+``link_remap`` file beside it, as it dumped a semaphore of vLLM 0.24.0 on the H200;
+``--log-without-append`` writes the server log through a descriptor opened without O_APPEND (a
+shell's ``>``), whose size CRIU checks at restore, as the H200's hand-run engine's log. Each says what
 it got in the server log's first lines, then the stand-in serves in this same process (one process
 tree for CRIU, as the real engine).
 """
@@ -67,6 +69,16 @@ def map_unlinked_shm(keep_dir: str) -> str:
     return f"unlinked shm: {path} mapped (deleted), kept by {keep_dir}/still-linked"
 
 
+def log_without_append() -> str:
+    path = os.readlink("/proc/self/fd/1")  # noqa: PTH115
+    fd = os.open(path, os.O_WRONLY)
+    os.lseek(fd, 0, os.SEEK_END)
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+    return f"log without O_APPEND: {path}"
+
+
 def main() -> None:
     args = sys.argv[1:]
     split = args.index("--")
@@ -78,6 +90,8 @@ def main() -> None:
         lines.append(hold_tcp_pair())
     if "--unlinked-shm" in own:
         lines.append(map_unlinked_shm(own[own.index("--unlinked-shm") + 1]))
+    if "--log-without-append" in own:
+        lines.append(log_without_append())
     sys.stdout.write("".join(f"snapshot_engine: {line}\n" for line in lines))
     sys.stdout.flush()
     sys.argv = ["nodetools.standin", *serve]

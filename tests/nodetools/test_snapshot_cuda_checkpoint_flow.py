@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.server
 import os
 import re
 import signal
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,10 +125,10 @@ def test_an_unreadable_proc_entry_is_passed_over(tmp_path: Path) -> None:
     assert find_cuda_processes(78, proc) == []
 
 
-def make_run(tmp_path: Path, tool: str = str(TOOL)) -> CudaCheckpointRun:
+def make_run(tmp_path: Path, tool: str = str(TOOL), quiesce: str = "none", port: int = 1) -> CudaCheckpointRun:
     args = argparse.Namespace(log=tmp_path / "server.log", poll_s=0.05, timeout_s=60, images=tmp_path / "images",
-                              cuda_checkpoint=tool, mode="cuda_checkpoint")
-    run = CudaCheckpointRun(args, {"port": 1, "model": "m", "argv": ["true"]})
+                              cuda_checkpoint=tool, mode="cuda_checkpoint", quiesce=quiesce)
+    run = CudaCheckpointRun(args, {"port": port, "model": "m", "argv": ["true"]})
     # no engine answers here: the first token after the restore is taken as 0.5 s
     run.wait_token = lambda key, since, record=None: run.out.__setitem__(key, 0.5) or True  # type: ignore[method-assign]
     return run
@@ -183,6 +186,46 @@ def test_a_failed_checkpoint_puts_every_process_back_to_running(fake: Fake, tmp_
     assert actions(fake.calls()) == [("Lock", 7001), ("Lock", 7002), ("Checkpoint", 7001), ("Checkpoint", 7002),
                                      ("Restore", 7001), ("Unlock", 7001), ("Unlock", 7002)]
     assert "restore_s" not in run.out
+
+
+class SleepRoutes:
+    """vLLM's sleep routes on a loopback port, noting each request with the driver calls made before it."""
+
+    def __init__(self, fake: Fake) -> None:
+        seen: list[tuple[str, list[tuple[str, int]]]] = []
+        self.seen = seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                seen.append((self.path, actions(fake.calls())))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_quiesced_engine_sleeps_before_the_lock_and_wakes_after_the_unlock(
+        fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    routes = SleepRoutes(fake)
+    pids = [fake.process(7201)]
+    run = make_run(tmp_path, quiesce="sleep", port=routes.port)
+    run.timer.proc = subprocess.Popen(["sleep", "30"], start_new_session=True)  # type: ignore[assignment]
+    monkeypatch.setattr(run, "gpu_pids", lambda: (pids, "nvidia-smi"))
+    try:
+        assert run.after_first_token() == 0, run.out.get("error")
+    finally:
+        routes.server.shutdown()
+        run.timer.proc.kill()
+        run.timer.proc.wait()
+    everything = [("Lock", 7201), ("Checkpoint", 7201), ("Restore", 7201), ("Unlock", 7201)]
+    assert routes.seen == [("/sleep?level=1", []), ("/wake_up", everything)]
+    assert run.out["quiesce"]["asked"] == "sleep" and run.out["quiesce"]["sleep_s"] >= 0
+    assert run.out["wake_s"] >= 0 and "sleep_host_bytes" in run.out["quiesce"]
 
 
 def test_a_listed_process_the_tool_cannot_reach_is_an_error(fake: Fake, tmp_path: Path,

@@ -156,8 +156,8 @@ def test_flags_the_tool_sets_itself_are_refused(tmp_path: Path) -> None:
                        "images_dir, libdir are mode parameters)"]
 
 
-def test_the_image_must_fit_where_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 0.15 engine on an H200 is a 21 GiB image (plus the host memory); on tmpfs it is RAM twice."""
+def one_h200(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Fake tools of a node with one H200 (143,771 MiB), cuda-checkpoint and CRIU's CUDA plugin; CRIU's path."""
     criu = fake_tool(tmp_path, "fake-criu-ok", CRIU_OK)
     fake_tool(tmp_path, "nvidia-smi", 'case "$1" in --query-gpu=driver_version) echo "580.159.04";; '
                                       '--query-gpu=index,persistence_mode) echo "0, Enabled";; *) echo "0, 143771";; '
@@ -165,6 +165,12 @@ def test_the_image_must_fit_where_it_goes(tmp_path: Path, monkeypatch: pytest.Mo
     fake_tool(tmp_path, "cuda-checkpoint", "exit 0")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(gates_module, "cuda_plugin_dir", lambda _libdir: "/usr/local/lib/criu")
+    return criu
+
+
+def test_the_image_must_fit_where_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0.15 engine on an H200 is a 21 GiB image (plus the host memory); on tmpfs it is RAM twice."""
+    criu = one_h200(tmp_path, monkeypatch)
     mounts = tmp_path / "mounts"
     mounts.write_text(f"tmpfs {tmp_path} tmpfs rw 0 0\n")
     real = gates_module.images.filesystem
@@ -178,3 +184,50 @@ def test_the_image_must_fit_where_it_goes(tmp_path: Path, monkeypatch: pytest.Mo
         f"the image holds the engine's GPU memory (>= 21.1 GiB) but {tmp_path / 'images'} (tmpfs) has 10.0 GiB free",
         "dumping moves 21.1 GiB of GPU memory to host RAM and writes it again to tmpfs: 42.1 GiB needed, "
         "40.0 GiB available"]
+
+
+# --- a quiesced engine, and the staging folder ------------------------------------------------------
+
+
+def test_a_quiesced_engine_needs_sleep_mode_in_its_launch(tmp_path: Path) -> None:
+    criu = fake_tool(tmp_path, "fake-criu-ok", CRIU_OK)
+    bare = {"argv": ["vllm", "serve", "/m"], "env": {}}
+    reasons, _ = gates("criu", criu=criu, network_lock="skip", quiesce="sleep", launch=bare)
+    assert reasons == ["quiesce sleep needs the engine started with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 "
+                       "(the plan adds them)"]
+    planned = {"argv": ["vllm", "serve", "/m", "--enable-sleep-mode"], "env": {"VLLM_SERVER_DEV_MODE": "1"}}
+    assert gates("criu", criu=criu, network_lock="skip", quiesce="sleep", launch=planned)[0] == []
+    assert gates("criu", criu=criu, network_lock="skip", launch=bare)[0] == []  # unquiesced: nothing asked
+
+
+def test_a_quiesced_image_holds_the_weights_not_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0.9 engine on an H200 asleep: not 126 GiB of GPU memory but its weights (the model folder's files)."""
+    criu = one_h200(tmp_path, monkeypatch)
+    real = gates_module.images.filesystem
+    monkeypatch.setattr(gates_module.images, "filesystem", lambda path: {**real(path), "free_bytes": 1 * 2**30})
+    monkeypatch.setattr(gates_module, "mem_available_bytes", lambda: 120 * 2**30)
+    model = tmp_path / "model"
+    model.mkdir()
+    with (model / "model.safetensors").open("wb") as fh:
+        fh.truncate(3 * 2**30)  # sparse: 3 GiB of "weights"
+    launch = {"argv": ["vllm", "serve", str(model), "--enable-sleep-mode"], "env": {"VLLM_SERVER_DEV_MODE": "1"}}
+    common = {"criu": criu, "gpus": [0], "gpu_memory_fraction": 0.9, "network_lock": "skip", "model": str(model),
+              "launch": launch, "images_dir": tmp_path / "images"}
+    reasons, facts = gates("criu", quiesce="sleep", **common)
+    assert reasons == [f"the image holds the weights the sleep backs up (>= 3.0 GiB) but {tmp_path / 'images'} "
+                       f"({facts['images_dir']['fs_type']}) has 1.0 GiB free"]
+    assert facts["quiesce"] == {"asked": "sleep", "image_at_least_bytes": 3 * 2**30}
+    assert gates("criu", quiesce="sleep2", **common)[0] == []  # level 2 keeps no weights
+    unquiesced, _ = gates("criu", **common)
+    assert unquiesced[0].startswith("the image holds the engine's GPU memory (>= 126.4 GiB)")
+
+
+def test_the_staging_folder_must_be_in_ram(tmp_path: Path) -> None:
+    criu = fake_tool(tmp_path, "fake-criu-ok", CRIU_OK)
+    reasons, facts = gates("criu", criu=criu, network_lock="skip", stage_dir=tmp_path / "stage")
+    if facts["stage_dir"]["in_ram"]:
+        pytest.skip(f"{tmp_path} is on tmpfs here")
+    assert reasons == [f"image_source tmpfs stages the images in RAM, but {tmp_path / 'stage'} is on "
+                       f"{facts['stage_dir']['fs_type']} ({facts['stage_dir']['mount']})"]
+    shm, _ = gates("criu", criu=criu, network_lock="skip", stage_dir=Path("/dev/shm/gpu-campaign-gate-test"))
+    assert shm == []

@@ -127,3 +127,14 @@ def test_what_the_cuda_plugin_did_in_a_dump() -> None:
     assert cuda_plugin_use("(01.2) cuda_plugin: pausing devices on pid 1843\n") == "acted"
     assert cuda_plugin_use("(00.1) Plugin \"cuda_plugin\" (version 512 hooks 13)\n") == "idle"
     assert cuda_plugin_use("(00.1) Dumping finished successfully\n") is None
+
+
+def test_a_file_written_after_the_dump_and_a_format_vllm_cannot_reload_are_named() -> None:
+    # The H200's second restore from one image, by hand (issue #30), and vLLM 0.24.0's answer for dummy weights.
+    restore = ("(00.081) Error (criu/files-reg.c:2140): File tmp/run/server.log has bad size 18781 (expect 18073)\n"
+               "(00.081) Error (criu/cr-restore.c:2521): Restoring FAILED.\n")
+    assert classify(restore) == ["criu_file_size_changed", "criu_restore_failed"]
+    assert "cuts the files the tree held open for writing back" in explain(["criu_file_size_changed"])
+    reload = ("weights reload after the level-2 wake: POST /collective_rpc answered HTTP 500: "
+              '{"error":{"message":"Model reloading with `dummy` format"}} (see server.log)')
+    assert classify(reload) == ["weights_reload_unsupported"]
