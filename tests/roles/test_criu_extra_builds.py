@@ -14,45 +14,28 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 COMMIT_SCRIPT = REPO / "roles" / "criu" / "files" / "criu_tarball_commit.py"
 SHA = "ab" * 32
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  tasks:
-    - ansible.builtin.include_role:
-        name: criu
-        tasks_from: validate
-"""
+# The role's input checks, as preflight runs them (include_role, tasks_from: validate); public, so that a
+# task after them sees the role's vars.
+VALIDATE = {"ansible.builtin.include_role": {"name": "criu", "tasks_from": "validate", "public": True}}
 # What vars/main.yml derives for each build, as tasks/main.yml's loop sees it (no host contacted).
-DERIVED = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  tasks:
-    - ansible.builtin.include_role:
-        name: criu
-        tasks_from: validate
-        public: true
-    - ansible.builtin.set_fact:
-        derived: "{{ derived | default([]) + [{'name': __criu_build_name, 'extra': __criu_build_extra,
-                     'bin': __criu_bin, 'plugin_dir': __criu_build_plugin_dir, 'work_dir': __criu_build_work_dir,
-                     'checksum': __criu_build_checksum, 'stamp': __criu_stamp, 'tarball': __criu_tarball}] }}"
-      loop: "{{ __criu_builds }}"
-      loop_control:
-        loop_var: criu_build_item
-    - ansible.builtin.copy:
-        content: "{{ derived | to_json }}"
-        dest: "{{ out }}"
-        mode: "0644"
-"""
+DERIVE = [
+    {"ansible.builtin.set_fact": {"derived": (
+        "{{ derived | default([]) + [{'name': __criu_build_name, 'extra': __criu_build_extra, 'bin': __criu_bin,"
+        " 'plugin_dir': __criu_build_plugin_dir, 'work_dir': __criu_build_work_dir,"
+        " 'checksum': __criu_build_checksum, 'stamp': __criu_stamp, 'tarball': __criu_tarball}] }}")},
+     "loop": "{{ __criu_builds }}", "loop_control": {"loop_var": "criu_build_item"}},
+    {"ansible.builtin.copy": {"content": "{{ derived | to_json }}", "dest": "{{ out }}", "mode": "0644"}},
+]
 
 
-def _play(tmp_path: Path, play: str, extra: dict[str, object]) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "play.yml").write_text(play)
+def _play(tmp_path: Path, tasks: list[dict[str, object]], extra: dict[str, object]) -> subprocess.CompletedProcess[str]:
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     env = {**os.environ, "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
     ansible_playbook = str(Path(sys.executable).parent / "ansible-playbook")
@@ -70,7 +53,7 @@ def test_two_good_builds_pass_and_get_folders_of_their_own(tmp_path: Path) -> No
     builds = [{"name": "dev", "version": "4.2", "sha256": SHA, "source_path": _tarball(tmp_path)},
               {"name": "dev2", "version": "4.2.1", "sha256": SHA, "source_url": "https://example.org/c.tar.xz",
                "prefix": "/opt/other/"}]
-    result = _play(tmp_path, DERIVED, {"criu_extra_builds": builds, "out": str(tmp_path / "derived.json")})
+    result = _play(tmp_path, [VALIDATE, *DERIVE], {"criu_extra_builds": builds, "out": str(tmp_path / "derived.json")})
     assert result.returncode == 0, result.stdout + result.stderr
     default, dev, dev2 = json.loads((tmp_path / "derived.json").read_text())
     # The default build as it always was: same paths, same stamp (so the same build-cache key).
@@ -108,7 +91,7 @@ def test_two_good_builds_pass_and_get_folders_of_their_own(tmp_path: Path) -> No
      'the prefixes ["opt/dev"]'),
 ])
 def test_a_bad_extra_build_stops_with_its_name(tmp_path: Path, builds: object, said: str) -> None:
-    result = _play(tmp_path, PLAY, {"criu_extra_builds": builds})
+    result = _play(tmp_path, [VALIDATE], {"criu_extra_builds": builds})
     assert result.returncode != 0 and said in result.stdout, result.stdout + result.stderr
     assert "token" not in result.stdout
 
