@@ -38,13 +38,15 @@ _EXPORTED = REPO_ROOT / "runner" / "COMMIT"  # `git archive` writes the commit i
 
 def git_state(repo: Path = REPO_ROOT) -> dict[str, Any]:
     """The commit this tree is (``sha``), whether it has changes (``dirty``: None where unknown) and how
-    that is known (``source``): git itself, the commit ``git archive`` wrote into ``runner/COMMIT``,
-    or ``GPU_CAMPAIGN_COMMIT`` in the environment (a tree copied without its .git)."""
+    that is known (``source``): ``GPU_CAMPAIGN_COMMIT`` in the environment when whoever copied the tree
+    says so (it wins: a copy may carry a stale .git; git's own answer stays beside it as ``git_sha``),
+    else git itself, else the commit ``git archive`` wrote into ``runner/COMMIT``."""
     state = _git_state(repo)
+    said = os.environ.get(COMMIT_VARIABLE, "").strip()
+    if re.fullmatch(r"[0-9a-f]{40}", said):
+        return {"sha": said, "dirty": None, "source": "environment", "git_sha": state["sha"]}
     if state["sha"]:
         return {**state, "source": "git"}
-    if re.fullmatch(r"[0-9a-f]{40}", os.environ.get(COMMIT_VARIABLE, "").strip()):
-        return {"sha": os.environ[COMMIT_VARIABLE].strip(), "dirty": None, "source": "environment"}
     try:
         exported = _EXPORTED.read_text().strip()
     except OSError:
