@@ -297,8 +297,10 @@ def imports_chart(bars: list[dict[str, Any]], path: Path, note: str = "") -> Pat
     for row, bar in enumerate(reversed(bars)):
         left = 0.0
         parts = [(name, bar["packages"].get(name, 0.0)) for name in shown]
-        parts.append(("other packages", sum(v for k, v in bar["packages"].items() if k not in shown)))
-        parts.append(("not in the profile", max(0.0, bar["seconds"] - sum(bar["packages"].values()))))
+        others = sum(v for k, v in bar["packages"].items() if k not in shown) + bar.get("other_packages_s", 0.0)
+        parts.append(("other packages", others))
+        named = sum(bar["packages"].values()) + bar.get("other_packages_s", 0.0)
+        parts.append(("not in the profile", max(0.0, bar["seconds"] - named)))
         for index, (name, seconds) in enumerate(parts):
             color = colors[index % len(colors)] if index < len(shown) else ("0.6" if name == "other packages"
                                                                              else "0.88")
@@ -333,7 +335,8 @@ def import_bars(frame: pd.DataFrame) -> list[dict[str, Any]]:
             for package, seconds in (entry.get("packages") or {}).items():
                 packages[package] = packages.get(package, 0.0) + seconds / len(entries)
         bars.append({"label": f"{name} {label}", "seconds": sum(e["seconds"] for e in entries) / len(entries),
-                     "packages": packages})
+                     "packages": packages,
+                     "other_packages_s": sum(e.get("other_packages_s", 0.0) for e in entries) / len(entries)})
     return bars
 
 

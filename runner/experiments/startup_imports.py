@@ -64,6 +64,7 @@ def _window(member: Mapping[str, Any], profile: ImportProfile | None, a: float, 
         packages = window(profile, hi, lo or 0.0) if hi is not None else {}
         out["profiled_s"] = round(sum(packages.values()), 3)
         out["packages"] = dict(list(packages.items())[:TOP])
+        out["other_packages_s"] = round(out["profiled_s"] - sum(out["packages"].values()), 3)  # past the TOP
     return out
 
 
