@@ -5,7 +5,8 @@ every precondition is a gate checked on the node before anything runs (a skip wi
 user can act on), and every failure of the tools is recognised from their own logs
 (``runner.parse.snapshot_logs``) and recorded as the trial's reason with the log tail. Phases:
 ``prepare`` (gates, launch file), ``measure`` (``nodetools.snapshot``), ``collect`` (always).
-The report section is ``runner.experiments.snapshot_report``.
+The report section is ``runner.experiments.snapshot_report``; the refusals that need no node
+(``--plan``) are ``runner.experiments.snapshot_checks``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from runner.experiments.node_plan import (
     reap_argv,
     to_json,
 )
+from runner.experiments.snapshot_checks import plan_checks
 from runner.experiments.snapshot_report import rows, section
 from runner.parse.snapshot_logs import (
     classify,
@@ -284,6 +286,7 @@ KIND = ExperimentKind(
     modes={"criu": CriuParams, "cuda_checkpoint": CudaCheckpointParams, "vllm_snapshot": VllmSnapshotParams},
     default_modes=("criu", "cuda_checkpoint", "vllm_snapshot"),
     resources=_resources,
+    plan_checks=plan_checks,
     collect=_collect,
     diagnose=_diagnose,
     node_plan=_node_plan,
