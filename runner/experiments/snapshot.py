@@ -279,7 +279,7 @@ KIND = ExperimentKind(
     doc="docs/snapshot.md",
     summary="dump and restore a started engine: CRIU, cuda-checkpoint, vllm snapshot",
     phases=(
-        Phase("prepare", f"{PLAYBOOKS}/prepare.yml"),
+        Phase("prepare", f"{PLAYBOOKS}/prepare.yml", waits_for_turn=True),
         Phase("measure", f"{PLAYBOOKS}/measure.yml", follow="server.log"),
         Phase("collect", f"{PLAYBOOKS}/collect.yml", always=True),
     ),

@@ -38,7 +38,7 @@ KIND = ExperimentKind(
     doc="docs/offload.md",
     summary="a multi-turn chat load over a working set larger than the GPU KV pool, per KV offload mode",
     phases=(
-        Phase("prepare", f"{PLAYBOOKS}/prepare.yml"),
+        Phase("prepare", f"{PLAYBOOKS}/prepare.yml", waits_for_turn=True),
         Phase("measure", f"{PLAYBOOKS}/measure.yml", follow="server.log"),
         Phase("collect", f"{PLAYBOOKS}/collect.yml", always=True),
     ),
