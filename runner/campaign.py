@@ -269,7 +269,8 @@ def _record_not_tried(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, rea
 
 def _start_first_early(ctx: _Ctx, trials: list[Trial]) -> EarlyRun | None:
     """The host's first trial, started while the preflight gathers the facts (an ``ansible-playbook``
-    start costs 1.4-2.1 s on the H200): only a trial whose first playbook waits for its turn."""
+    start costs 1.4-2.1 s on the H200): only a trial whose first playbook waits for its turn. Its
+    turn comes once the facts are read, or at once for a trial that does not need the node alone."""
     if not trials or not KINDS[trials[0].kind].phases[0].waits_for_turn or ctx.stop.is_set():
         return None
     return start_early(lambda: _start_early(ctx, trials[0], PREFLIGHT_TIMEOUT_S + 60), trials[0].id,
@@ -283,6 +284,8 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     early: EarlyRun | None = None
     try:
         early = _start_first_early(ctx, trials)
+        if early is not None and not trials[0].resources.exclusive:
+            early.let_go()  # it leaves the node as it finds it: it runs beside the facts' read, not after it
         facts, preflight_error = gather_facts(ctx.store, ctx.loaded, host, ctx.stop)
         if early is not None:
             if preflight_error or ctx.stop.is_set():
