@@ -9,6 +9,7 @@ trials are recorded as ``interrupted`` and the next run picks them up.
 from __future__ import annotations
 
 import errno
+import importlib
 import logging
 import os
 import threading
@@ -268,7 +269,8 @@ def _record_not_tried(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, rea
 
 def _start_first_early(ctx: _Ctx, trials: list[Trial]) -> EarlyRun | None:
     """The host's first trial, started while the preflight gathers the facts (an ``ansible-playbook``
-    start costs 1.4-2.1 s on the H200): only a trial whose first playbook waits for its turn."""
+    start costs 1.4-2.1 s on the H200): only a trial whose first playbook waits for its turn. Its
+    turn comes once the facts are read, or at once for a trial that does not need the node alone."""
     if not trials or not KINDS[trials[0].kind].phases[0].waits_for_turn or ctx.stop.is_set():
         return None
     return start_early(lambda: _start_early(ctx, trials[0], PREFLIGHT_TIMEOUT_S + 60), trials[0].id,
@@ -282,6 +284,8 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     early: EarlyRun | None = None
     try:
         early = _start_first_early(ctx, trials)
+        if early is not None and not trials[0].resources.exclusive:
+            early.let_go()  # it leaves the node as it finds it: it runs beside the facts' read, not after it
         facts, preflight_error = gather_facts(ctx.store, ctx.loaded, host, ctx.stop)
         if early is not None:
             if preflight_error or ctx.stop.is_set():
@@ -323,6 +327,12 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     return counts
 
 
+def _warm_report_imports() -> None:
+    """Import pandas (0.5-1 s) in a thread while the hosts' playbooks run, most of it waiting on
+    their processes: the report built after the run needs it, the runner's start does not."""
+    threading.Thread(target=importlib.import_module, args=("pandas",), name="warm-imports").start()
+
+
 def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progress: Progress, *,
                  retry_failed: bool = False, parallel: int = 8, follow: bool = True,
                  argv: list[str] | None = None, secrets: Secrets | None = None) -> CampaignOutcome:
@@ -352,6 +362,8 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
     ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory) if follow else None,
                secrets)
     progress.start(sum(len(t) for t in todo.values()), kept)
+    if todo:
+        _warm_report_imports()
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="host")
     futures: set[Future[dict[str, int]]] = {pool.submit(_host_worker, ctx, h, ts) for h, ts in todo.items()}
     crashed = ""

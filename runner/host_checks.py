@@ -33,7 +33,8 @@ def gather_facts(store: ResultsStore, loaded: LoadedCampaign, host: str,
         phase="preflight", playbook=REPO_ROOT / FACTS_PLAYBOOK, project_dir=REPO_ROOT,
         private_data_dir=host_dir / "ansible", inventory=loaded.inventory, limit=host,
         extravars={"exp_facts_dest": str(dest), "exp_results_dir": str(host_dir),
-                   "exp_remote_dir": remote_dir(loaded, host, "preflight")},
+                   "exp_remote_dir": remote_dir(loaded, host, "preflight"), "exp_turn_file": "",
+                   "exp_turn_timeout_s": 0},
         timeout_s=PREFLIGHT_TIMEOUT_S, cancel=cancel, lease=lease_id(store.root, f"preflight@{host}"),
     )
     if not result.ok:

@@ -18,10 +18,7 @@ import math
 import os
 import statistics
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import RunnerError
 from runner.experiments import KINDS
@@ -31,6 +28,9 @@ from runner.markdown import markdown_table
 from runner.overhead import overhead_line
 from runner.records import TrialRecord
 from runner.store import ResultsStore
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["aggregate_rows", "build_report", "json_value", "summary_frame", "typed_rows"]
 
@@ -83,6 +83,7 @@ def _summary_rows(store: ResultsStore, records: dict[str, TrialRecord] | None = 
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=_BASE_COLUMNS)
@@ -110,6 +111,8 @@ def _row(planned: dict[str, Any], record: TrialRecord | None) -> dict[str, Any]:
 
 def json_value(value: Any) -> Any:
     """A cell as a JSON value of its own type: ``None`` for a gap (never 0), bool, int, float, str."""
+    import numpy as np  # noqa: PLC0415 - with pandas: only when a report is built
+    import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
     if value is None or value is pd.NA:
         return None
     if isinstance(value, bool | np.bool_):
@@ -209,6 +212,7 @@ def summary_json(columns: list[str], trials: list[dict[str, Any]], campaign: str
 
 
 def _fmt(value: float | int) -> str:
+    import numpy as np  # noqa: PLC0415 - with pandas: only when a report is built
     if isinstance(value, int) or (float(value).is_integer() and abs(value) >= 1000):
         return str(int(value))
     if abs(value) >= 1000:
@@ -230,6 +234,7 @@ def _cell(stats: dict[str, Any] | None, n_ok: int) -> str:
 def _aggregate_section(trials: list[dict[str, Any]]) -> str:
     """Per experiment one table: a column per mode (and host where there are several), the counts,
     then ``median [min, max]`` of every numeric metric over the ok repeats."""
+    import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
     rows = aggregate_rows(trials)
     if not rows:
         return "_none_\n"
@@ -259,6 +264,7 @@ def _aggregate_section(trials: list[dict[str, Any]]) -> str:
 
 
 def _hosts_section(store: ResultsStore) -> str:
+    import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
     rows = []
     for host in store.hosts():
         facts = store.read_facts(host)
@@ -284,6 +290,7 @@ def _plan_ordered(plan: dict[str, Any], records: dict[str, TrialRecord]) -> list
 
 def _kind_sections(store: ResultsStore, records: dict[str, TrialRecord], plan: dict[str, Any]) -> list[str]:
     """Each kind with a ``KindReport`` gets its CSV (one or more rows per trial) and section."""
+    import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for record in _plan_ordered(plan, records):
         kind = KINDS.get(str(record.get("kind")))

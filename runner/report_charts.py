@@ -19,11 +19,12 @@ import pandas as pd
 
 from runner.results_reader import ResultsReader
 
-__all__ = ["IMPORTS_TITLE", "STARTUP_PHASES", "STARTUP_TITLE", "engine_note", "import_bars", "imports_chart",
-           "offload_figure", "offload_ttft_chart", "offload_turn_wall_chart", "startup_chart", "startup_figure",
-           "trial_engine"]
+__all__ = ["IMPORTS_TITLE", "MAX_TRIAL_BARS", "STARTUP_PHASES", "STARTUP_TITLE", "engine_note", "import_bars",
+           "imports_chart", "offload_figure", "offload_ttft_chart", "offload_turn_wall_chart", "startup_chart",
+           "startup_figure", "startup_title", "trial_engine"]
 
 STARTUP_TITLE = "Startup to first token, by phase"
+MAX_TRIAL_BARS = 60  # one bar per trial up to this many; above it, medians per mode (and host)
 # The startup timeline's phases in the order a start passes them (runner.parse.startup_timeline), bottom up.
 STARTUP_PHASES = (("api_imports_s", "API server imports"), ("config_s", "config, model inspection"),
                   ("engine_spawn_s", "EngineCore spawn"), ("engine_imports_s", "EngineCore imports"),
@@ -153,10 +154,66 @@ def _resolution_label(ok: pd.DataFrame) -> str:
         " (whole-second log stamps)" if 1.0 in values else "")
 
 
+def startup_title(trials: int) -> str:
+    """The startup chart's title for ``trials`` ok trials: one bar each, or, above
+    ``MAX_TRIAL_BARS``, one bar per mode (and host) made of medians, as the title says."""
+    if trials <= MAX_TRIAL_BARS:
+        return STARTUP_TITLE
+    return f"{STARTUP_TITLE}: medians of {trials:,} trials per mode (one bar per trial up to {MAX_TRIAL_BARS})"
+
+
+def _numeric(column: pd.Series) -> pd.Series:
+    return pd.to_numeric(column, errors="coerce").astype(float)
+
+
+def _stack(plt: Any, ax: Any, x: list[float], table: pd.DataFrame) -> None:
+    """The timeline's phases stacked per bar (a row of ``table``), bottom up; a phase no bar has
+    stays out of the legend."""
+    colours = plt.get_cmap("tab20").colors
+    bottom = pd.Series(0.0, index=table.index)
+    for i, (column, name) in enumerate(STARTUP_PHASES):
+        if column not in table:
+            continue
+        values = _numeric(table[column]).fillna(0.0)
+        if not values.any():
+            continue
+        colour = "lightgray" if column == "other_s" else colours[i % len(colours)]
+        ax.bar(x, values, bottom=bottom, label=name, color=colour, edgecolor="white", linewidth=0.3)
+        bottom = bottom + values
+
+
+def _group_keys(ok: pd.DataFrame) -> list[str]:
+    """One bar per mode and host where the hosts are several and the bars stay few, else per mode."""
+    if "host" in ok and ok["host"].nunique() > 1 and len(ok.groupby(["mode", "host"])) <= MAX_TRIAL_BARS:
+        return ["mode", "host"]
+    return ["mode"]
+
+
+def _medians(ok: pd.DataFrame, columns: list[str], keys: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Per group (in table order): each column's median, ``n``, and the first token's 10th and 90th
+    percentiles; and each group's bar label."""
+    numbers = ok[keys].assign(**{c: _numeric(ok[c]) for c in columns if c in ok})
+    grouped = numbers.groupby(keys, sort=False)
+    table = grouped.median()
+    table["n"] = grouped.size()
+    for name, q in (("p10", 0.1), ("p90", 0.9)):
+        table[name] = grouped["first_token_s"].quantile(q)
+    # A mode's bars together, modes in table order (a group's first row decides: hosts come innermost).
+    rank = {mode: i for i, mode in enumerate(dict.fromkeys(ok["mode"]))}
+    modes = table.index.get_level_values("mode")
+    table = table.iloc[sorted(range(len(table)), key=lambda i: rank[modes[i]])]  # stable: hosts keep their order
+    labels = [f"{k[0] if isinstance(k, tuple) else k}" + (f"@{k[1]}" if len(keys) > 1 else "") + f" (n={n})"
+              for k, n in zip(table.index, table["n"], strict=True)]
+    return table.reset_index(), labels
+
+
 def startup_figure(frame: pd.DataFrame, note: str = "") -> Any | None:
     """The startup figure, subtitled with ``note`` (not saved): the timeline's phases stacked per
     trial, repeats side by side; and where sleep_wake ran, a panel of its own on a log scale with
-    every repeat's start and wake."""
+    every repeat's start and wake. Above ``MAX_TRIAL_BARS`` ok trials (10,000 bars took 150 s and
+    1.5 GiB to draw, and no one reads them) one bar per mode (and host): each phase's median,
+    stacked, with the first token's median and its 10th-90th percentile over it (a stack of
+    medians need not add up to the median start); the title says so."""
     ok = frame[(frame["status"] == "ok") & frame["first_token_s"].notna()]
     if ok.empty:
         return None
@@ -165,20 +222,23 @@ def startup_figure(frame: pd.DataFrame, note: str = "") -> Any | None:
     fig, axes = plt.subplots(1, 2 if len(wake) else 1, figsize=(14 if len(wake) else 9.5, 5.2),
                              gridspec_kw={"width_ratios": [3, 1.3]} if len(wake) else None, squeeze=False)
     ax = axes[0][0]
-    x = _bar_positions([str(m) for m in ok["mode"]])
-    colours = plt.get_cmap("tab20").colors
-    bottom = pd.Series(0.0, index=ok.index)
-    for i, (column, name) in enumerate(STARTUP_PHASES):
-        if column not in ok or not pd.to_numeric(ok[column], errors="coerce").fillna(0.0).any():
-            continue  # a phase no trial has stays out of the legend
-        values = pd.to_numeric(ok[column], errors="coerce").fillna(0.0).astype(float)
-        colour = "lightgray" if column == "other_s" else colours[i % len(colours)]
-        ax.bar(x, values, bottom=bottom, label=name, color=colour, edgecolor="white", linewidth=0.3)
-        bottom = bottom + values
-    ax.set_xticks(x, _trial_labels(ok))
+    if len(ok) <= MAX_TRIAL_BARS:
+        x = _bar_positions([str(m) for m in ok["mode"]])
+        _stack(plt, ax, x, ok)
+        ax.set_xticks(x, _trial_labels(ok))
+        ax.set_xlabel(_resolution_label(ok), fontsize=8)
+    else:
+        keys = _group_keys(ok)
+        table, labels = _medians(ok, ["first_token_s", *(c for c, _ in STARTUP_PHASES)], keys)
+        x = _bar_positions([str(m) for m in table["mode"]])
+        _stack(plt, ax, x, table)
+        ax.errorbar(x, table["first_token_s"], yerr=[table["first_token_s"] - table["p10"],
+                                                     table["p90"] - table["first_token_s"]],
+                    fmt="o", color="black", markersize=3, capsize=3, label="first token: median, p10-p90")
+        ax.set_xticks(x, labels)
+        ax.set_xlabel(f"{' and '.join(keys)} (n: ok trials); bars: each phase's median, stacked", fontsize=8)
     ax.set_ylabel("seconds from start command")
-    ax.set_xlabel(_resolution_label(ok), fontsize=8)
-    ax.set_title(STARTUP_TITLE)
+    ax.set_title(startup_title(len(ok)), fontsize=10 if len(ok) > MAX_TRIAL_BARS else None)
     ax.tick_params(axis="x", labelsize=7, labelrotation=60)
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # top phase first
@@ -190,34 +250,50 @@ def startup_figure(frame: pd.DataFrame, note: str = "") -> Any | None:
 
 def _wake_panel(ax: Any, wake: pd.DataFrame) -> None:
     """Every sleep_wake repeat: its cold start and its wake, side by side, on a log scale (a wake
-    of 0.2 s next to a start of 60 s would be an invisible sliver on a linear one)."""
-    starts = wake["first_token_s"].astype(float).tolist()
-    wakes = wake["wake_to_first_token_s"].astype(float).tolist()
-    labels = [lab.replace("\n", " ") for lab in _trial_labels(wake)]
-    x = list(range(len(wake)))
+    of 0.2 s next to a start of 60 s would be an invisible sliver on a linear one); above
+    ``MAX_TRIAL_BARS`` repeats, their medians per mode (and host) with the 10th-90th percentile."""
+    if len(wake) <= MAX_TRIAL_BARS:
+        starts = wake["first_token_s"].astype(float).tolist()
+        wakes = wake["wake_to_first_token_s"].astype(float).tolist()
+        labels = [lab.replace("\n", " ").removeprefix("sleep_wake ") for lab in _trial_labels(wake)]
+        spread: tuple[Any, Any] = (None, None)
+        title = "sleep_wake: start vs wake, every repeat"
+    else:
+        keys = _group_keys(wake)
+        table, labels = _medians(wake, ["first_token_s", "wake_to_first_token_s"], keys)
+        starts, wakes = table["first_token_s"].tolist(), table["wake_to_first_token_s"].tolist()
+        grouped = wake.assign(w=_numeric(wake["wake_to_first_token_s"])).groupby(keys, sort=False)["w"]
+        spread = ([table["first_token_s"] - table["p10"], table["p90"] - table["first_token_s"]],
+                  [table["wake_to_first_token_s"] - grouped.quantile(0.1).to_numpy(),
+                   grouped.quantile(0.9).to_numpy() - table["wake_to_first_token_s"]])
+        title = f"sleep_wake: start vs wake, medians of {len(wake):,} repeats"
+    x = list(range(len(starts)))
     width = 0.38
-    bars_start = ax.bar([i - width / 2 for i in x], starts, width, color="tab:gray", label="start to first token")
-    bars_wake = ax.bar([i + width / 2 for i in x], wakes, width, color="tab:green", label="wake to first token")
+    bars_start = ax.bar([i - width / 2 for i in x], starts, width, color="tab:gray", label="start to first token",
+                        yerr=spread[0], capsize=2)
+    bars_wake = ax.bar([i + width / 2 for i in x], wakes, width, color="tab:green", label="wake to first token",
+                       yerr=spread[1], capsize=2)
     ax.set_yscale("log")
     positive = [v for v in starts + wakes if v > 0]
     if positive:
         ax.set_ylim(min(positive) / 3, max(positive) * 4)
     for bars in (bars_start, bars_wake):
         ax.bar_label(bars, fmt="%.3g s", fontsize=7, padding=2)
-    ax.set_xticks(x, [lab.removeprefix("sleep_wake ") for lab in labels])
+    ax.set_xticks(x, labels)
     ax.tick_params(axis="x", labelsize=7)
-    ax.set_title("sleep_wake: start vs wake, every repeat")
+    ax.set_title(title)
     ax.set_ylabel("seconds to first token (log scale)")
     ax.legend(fontsize=7, loc="upper right")
 
 
 def startup_chart(frame: pd.DataFrame, path: Path) -> Path | None:
     """Write :func:`startup_figure` to ``path``, subtitled when the engine or weights were not real."""
-    note = engine_note(frame[frame["status"] == "ok"], path.parent)
+    ok = frame[frame["status"] == "ok"]
+    note = engine_note(ok, path.parent)
     fig = startup_figure(frame, note)
     if fig is None:
         return None
-    return _save(_pyplot(), fig, path, STARTUP_TITLE, note)
+    return _save(_pyplot(), fig, path, startup_title(int(ok["first_token_s"].notna().sum())), note)
 
 
 # --- offload -------------------------------------------------------------------------------------

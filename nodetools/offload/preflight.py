@@ -22,7 +22,7 @@ from nodetools.node_checks import module_reasons
 from nodetools.offload.layout import split_gpus
 from nodetools.offload.leftovers import GIB, gib, leftover_containers
 
-__all__ = ["Need", "preflight", "preflight_node"]
+__all__ = ["Need", "capacity_reasons", "mount_of", "preflight", "preflight_node"]
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,12 @@ def _n(value: float) -> str:
     return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
-def _numa_available(facts: dict[str, Any]) -> dict[str, tuple[int, str]]:
+def _numa_available(facts: dict[str, Any], capacity: bool = False) -> dict[str, tuple[int, str]]:
     """Per NUMA node: bytes a new allocation can get there, and how that figure was made.
 
     Free memory plus the page cache that can be dropped (file pages minus shared memory, which is
-    counted as a file page but cannot be dropped: stale offload files live there)."""
+    counted as a file page but cannot be dropped: stale offload files live there); with
+    ``capacity``, the node's whole memory (what no later moment can exceed)."""
     out: dict[str, tuple[int, str]] = {}
     nodes = facts.get("numa") or []
     numa_total = sum(int(node.get("mem_total_bytes") or 0) for node in nodes)
@@ -84,15 +85,21 @@ def _numa_available(facts: dict[str, Any]) -> dict[str, tuple[int, str]]:
         # offload size that the host can hold, so the whole host's MemAvailable counts instead.
         return {}
     for node in nodes:
+        if capacity:
+            out[str(node["node"])] = (int(node.get("mem_total_bytes") or 0), "its MemTotal")
+            continue
         free = int(node.get("mem_free_bytes") or 0)
         reclaimable = max(0, int(node.get("file_pages_bytes") or 0) - int(node.get("shmem_bytes") or 0))
         out[str(node["node"])] = (free + reclaimable, f"free {gib(free)} + reclaimable page cache {gib(reclaimable)}")
     return out
 
 
-def _ram_checks(facts: dict[str, Any], need: Need) -> tuple[list[str], list[dict[str, Any]]]:
+def _ram_checks(facts: dict[str, Any], need: Need, capacity: bool = False
+                ) -> tuple[list[str], list[dict[str, Any]]]:
+    """The offload tier's host RAM per NUMA node against what is available there (``capacity``:
+    against all the memory there, for facts gathered earlier, where an unknown figure refuses nothing)."""
     per_copy = need.offload_gib * GIB * need.safety_factor
-    numa = _numa_available(facts)
+    numa = _numa_available(facts, capacity)
     gpu_node = {int(g["index"]): g.get("numa_node") for g in facts.get("gpus") or [] if g.get("index") is not None}
     demand: dict[str, float] = {}
     copies_on: dict[str, float] = {}
@@ -111,8 +118,8 @@ def _ram_checks(facts: dict[str, Any], need: Need) -> tuple[list[str], list[dict
                 avail = sum(v for v, _ in numa.values())
                 how = f"summed over NUMA nodes {', '.join(sorted(numa))}"
             else:
-                avail = int((facts.get("memory") or {}).get("available_bytes") or 0)
-                how = "MemAvailable"
+                avail = int((facts.get("memory") or {}).get("total_bytes" if capacity else "available_bytes") or 0)
+                how = "MemTotal" if capacity else "MemAvailable"
                 if facts.get("numa"):
                     how += " (the NUMA nodes' meminfo covers less than 90% of MemTotal: a VM growing its memory)"
             where = "this host"
@@ -122,13 +129,14 @@ def _ram_checks(facts: dict[str, Any], need: Need) -> tuple[list[str], list[dict
         copies = round(copies_on[node], 2)
         checks.append({"where": where, "gpus": gpus_on.get(node, []), "copies": copies,
                        "need_gib": round(need_bytes / GIB, 2), "available_gib": round(avail / GIB, 2), "how": how})
-        if need_bytes > avail:
+        if need_bytes > avail and not (capacity and avail == 0):
             gpus = f" (GPUs {','.join(map(str, gpus_on[node]))})" if gpus_on.get(node) else ""
             plural = "y" if copies == 1 else "ies"
+            there = "there in all" if capacity else "available there"
             reasons.append(
                 f"host RAM: {copies:g} engine cop{plural} x {_n(need.offload_gib)} GiB offload x safety "
                 f"{need.safety_factor:g} = {gib(need_bytes)} needed on {where}{gpus}, but only {gib(avail)} is "
-                f"available there ({how})")
+                f"{there} ({how})")
     return reasons, checks
 
 
@@ -152,14 +160,18 @@ def _shm_check(facts: dict[str, Any], need: Need) -> tuple[list[str], dict[str, 
         else:
             check["free_gib"] = round(free / GIB, 2)
             if need_bytes > free:
-                plural = "y" if need.copies == 1 else "ies"
-                reasons.append(f"{shm.get('path', '/dev/shm')}: {need.copies} engine cop{plural} x "
-                               f"{_n(need.offload_gib)} GiB = {gib(need_bytes)} needed for the native offload "
-                               f"buffers, but it has {gib(free)} free (size {gib(shm.get('size_bytes') or 0)})")
+                reasons.append(_shm_shortfall(shm, need, f"{gib(free)} free (size {gib(shm.get('size_bytes') or 0)})"))
     return reasons, check
 
 
-def _mount_of(path: str, mounts: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _shm_shortfall(shm: dict[str, Any], need: Need, has: str) -> str:
+    plural = "y" if need.copies == 1 else "ies"
+    return (f"{shm.get('path', '/dev/shm')}: {need.copies} engine cop{plural} x {_n(need.offload_gib)} GiB = "
+            f"{gib(need.offload_gib * GIB * need.copies)} needed for the native offload buffers, but it has {has}")
+
+
+def mount_of(path: str, mounts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The mount (of the node_facts facts) holding ``path``: the longest mount point above it."""
     best = None
     for mount in mounts:
         point = str(mount.get("mountpoint") or "")
@@ -170,7 +182,7 @@ def _mount_of(path: str, mounts: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _fs_available(path: str, facts: dict[str, Any]) -> tuple[int | None, str]:
-    mount = _mount_of(path, facts.get("mounts") or [])
+    mount = mount_of(path, facts.get("mounts") or [])
     if mount is not None and mount.get("available_bytes") is not None:
         return int(mount["available_bytes"]), str(mount["mountpoint"])
     probe = Path(path)
@@ -221,6 +233,26 @@ def _module_check(need: Need) -> list[str]:
     if not need.python_module or need.image or not need.python:
         return []
     return module_reasons(need.python, need.python_module, need.pythonpath)
+
+
+def capacity_reasons(facts: dict[str, Any] | None, need: Need) -> list[str]:
+    """What refuses the trial for certain before its node is asked (the runner's plan): the context
+    against ``max-model-len`` and, from facts an earlier run gathered (None: none cached), the offload
+    tier's host RAM against all the memory of the copies' NUMA nodes (or the host's) and the native
+    buffers against the size of /dev/shm. What is free changes by the trial's start, and the node's
+    own preflight checks it then; what is there in all does not."""
+    reasons = _context_check(need)
+    if not facts or need.offload_gib <= 0:
+        return reasons
+    try:
+        ram, _ = _ram_checks(facts, need, capacity=True)
+    except ValueError:  # GPUs that do not split between the copies: the plan skips the trial with that reason
+        ram = []
+    shm = facts.get("shm") or {}
+    size = shm.get("size_bytes")
+    if need.uses_shm and size and need.offload_gib * GIB * need.copies > size:
+        ram.append(_shm_shortfall(shm, need, f"{gib(size)} in all (its size)"))
+    return ram + reasons
 
 
 def preflight(facts: dict[str, Any], need: Need, containers: list[dict[str, str]] | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ from nodetools.snapshot.io_uring import SYSCTL
 from nodetools.snapshot.quiesce import LEVELS
 from nodetools.vllm_cli import subcommand_reasons
 
-__all__ = ["IPC_RESTORE_DRIVER", "LOCK_ACTION_DRIVER", "gates", "mem_available_bytes"]
+__all__ = ["IPC_RESTORE_DRIVER", "LOCK_ACTION_DRIVER", "checkpoint_ram_reasons", "engine_gpu_bytes", "gates",
+           "image_reasons", "mem_available_bytes"]
 
 IPC_RESTORE_DRIVER = 610  # cuda-checkpoint restores processes that use CUDA IPC (any TP>1 engine) from 610 on
 LOCK_ACTION_DRIVER = 570  # the separate lock/checkpoint/restore/unlock actions (and the driver API) from 570 on
@@ -45,6 +47,39 @@ ENGINE_GPU = "the engine's GPU memory"
 
 def mem_available_bytes() -> int:
     return read_meminfo().get("mem_available_bytes", 0)
+
+
+def engine_gpu_bytes(memory_mib: Mapping[int, int], gpus: list[int], fraction: float) -> int:
+    """The GPU memory a dump moves to host RAM: vLLM takes ``fraction`` (gpu-memory-utilization) of
+    each of its GPUs (the first H200 run refused a 0.5 engine because the whole 140 GiB card was
+    counted against 125 GiB of RAM)."""
+    return int(sum(mib for index, mib in memory_mib.items() if index in gpus) * 2**20 * fraction)
+
+
+def image_reasons(images_dir: str, fs: Mapping[str, Any], room: int | None, gpu_bytes: int, ram: int | None,
+                  words: tuple[str, str] = ("free", "available")) -> list[str]:
+    """A criu image against its folder's filesystem (``fs``: fs_type, in_ram) with ``room`` bytes,
+    and against ``ram`` bytes of host RAM (None: not known); ``words`` say what those figures are."""
+    reasons = []
+    if gpu_bytes and room is not None and room < gpu_bytes:
+        reasons.append(f"the image holds the engine's GPU memory (>= {gpu_bytes / GIB:.1f} GiB) but {images_dir} "
+                       f"({fs['fs_type']}) has {room / GIB:.1f} GiB {words[0]}")
+    # On tmpfs the image is RAM too, beside the staged GPU memory while the dump writes it.
+    need = gpu_bytes * (2 if fs["in_ram"] else 1)
+    if need and ram is not None and need > ram:
+        reasons.append(f"dumping moves {gpu_bytes / GIB:.1f} GiB of GPU memory to host RAM"
+                       f"{' and writes it again to ' + fs['fs_type'] if fs['in_ram'] else ''}: "
+                       f"{need / GIB:.1f} GiB needed, {ram / GIB:.1f} GiB {words[1]}")
+    return reasons
+
+
+def checkpoint_ram_reasons(gpu_bytes: int, fraction: float, gpus: list[int], ram: int,
+                           words: str = "is available") -> list[str]:
+    """cuda-checkpoint's staging of the engine's GPU memory against ``ram`` bytes of host RAM."""
+    if gpu_bytes <= ram:
+        return []
+    return [f"checkpointing moves up to {gpu_bytes / GIB:.1f} GiB of GPU memory ({fraction:g} of GPU(s) "
+            f"{','.join(map(str, gpus))}) to host RAM, but only {ram / GIB:.1f} GiB {words}"]
 
 
 def _criu_gates(criu: str, libdir: str, on_gpu: bool, facts: dict[str, Any]) -> list[str]:
@@ -154,12 +189,8 @@ def _gpu_gates(mode: str, cuda_checkpoint: str, gpus: list[int], tp: int, gpu_by
     if off:
         reasons.append(f"persistence mode is off on GPU(s) {', '.join(off)}: cuda-checkpoint restore needs it")
     facts["host_ram_needed_bytes"] = gpu_bytes
-    # vLLM takes gpu-memory-utilization of each GPU (the first H200 run refused a 0.5 engine
-    # because this counted the whole 140 GiB card against 125 GiB of RAM).
-    if not ram_checked and gpu_bytes > mem_available_bytes():
-        reasons.append(f"checkpointing moves up to {gpu_bytes / GIB:.1f} GiB of GPU memory "
-                       f"({fraction:g} of GPU(s) {','.join(map(str, gpus))}) to host RAM, but only "
-                       f"{mem_available_bytes() / GIB:.1f} GiB is available")
+    if not ram_checked:
+        reasons += checkpoint_ram_reasons(gpu_bytes, fraction, gpus, mem_available_bytes())
     return reasons
 
 
@@ -187,8 +218,7 @@ def gates(mode: str, *, criu: str = "criu", libdir: str = "", cuda_checkpoint: s
     on_gpu = bool(gpus)
     gpu_bytes = 0
     if on_gpu and facts["driver_major"] is not None:
-        total = sum(mib for index, mib in memory_total_mib().items() if index in gpus)
-        gpu_bytes = int(total * 2**20 * gpu_memory_fraction)
+        gpu_bytes = engine_gpu_bytes(memory_total_mib(), gpus, gpu_memory_fraction)
     what = ENGINE_GPU
     if LEVELS[quiesce]:  # the pool is freed: the weights a level-1 sleep backs up are what is sure to move
         gpu_bytes, what = (weights_on_disk(model) if LEVELS[quiesce] == 1 else 0), "the weights the sleep backs up"

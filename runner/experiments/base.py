@@ -24,7 +24,7 @@ __all__ = ["ExperimentKind", "KindReport", "ModeParams", "Phase", "Resources", "
 class ModeParams(BaseModel):
     """Base of every mode's parameter model: unknown keys are errors, values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ KIND = ExperimentKind(
     name="facts",
     doc="docs/campaign.md",
     summary="GPUs, NUMA memory, /dev/shm, page cache, CPU, kernel, disks and mounts of each node",
-    phases=(Phase("run", PLAYBOOK),),
+    phases=(Phase("run", PLAYBOOK, waits_for_turn=True),),
     modes={"default": FactsParams},
     default_modes=("default",),
     collect=_collect,

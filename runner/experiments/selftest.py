@@ -35,7 +35,7 @@ KIND = ExperimentKind(
     name="selftest",
     doc="docs/campaign.md",
     summary="runner overhead baseline and failure drills",
-    phases=(Phase("run", "playbooks/experiments/selftest.yml", follow="server.log"),),
+    phases=(Phase("run", "playbooks/experiments/selftest.yml", follow="server.log", waits_for_turn=True),),
     modes={"noop": NoopParams, "sleep": SleepParams, "fail": FailParams, "skip": SkipParams},
     default_modes=("noop",),
 )

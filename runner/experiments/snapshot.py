@@ -6,8 +6,9 @@ user can act on), and every failure of the tools is recognised from their own lo
 (``runner.parse.snapshot_logs``) and recorded as the trial's reason with the log tail. Phases:
 ``prepare`` (gates, launch file), ``measure`` (``nodetools.snapshot``), ``collect`` (always).
 The modes' parameters are ``snapshot_params``, what a trial runs on its node and what its own
-settings refuse ``snapshot_plan``, a restore's physical limit ``snapshot_limits``, the report
-section ``snapshot_report``.
+settings refuse ``snapshot_plan`` (a vllm_snapshot trial's refusals, from cached facts,
+``snapshot_checks``), a restore's physical limit ``snapshot_limits``, the report section
+``snapshot_report``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from runner.experiments import snapshot_checks, snapshot_plan
 from runner.experiments.base import ExperimentKind, KindReport, Phase, Resources, TrialContext
 from runner.experiments.limits import host_limits
 from runner.experiments.snapshot_limits import restore_limit
 from runner.experiments.snapshot_params import CriuParams, CudaCheckpointParams, VllmSnapshotParams
-from runner.experiments.snapshot_plan import node_plan, plan_checks
+from runner.experiments.snapshot_plan import node_plan
 from runner.experiments.snapshot_report import rows, section
 from runner.parse.snapshot_logs import (
     classify,
@@ -36,6 +38,14 @@ from runner.parse.snapshot_logs import (
 __all__ = ["KIND", "CriuParams", "CudaCheckpointParams", "VllmSnapshotParams"]
 
 PLAYBOOKS = "playbooks/experiments/snapshot"
+
+
+def _plan_checks(ctx: TrialContext) -> list[str]:
+    """The quiesce-aware refusals of the CRIU and cuda-checkpoint modes (an unquiesced image that
+    cannot fit, a level-2 sleep vLLM cannot reload); vllm_snapshot's from the engine's GPU memory."""
+    if ctx.mode in ("criu", "cuda_checkpoint"):
+        return snapshot_plan.plan_checks(ctx)
+    return snapshot_checks.plan_checks(ctx)
 
 
 def _resources(ctx: TrialContext) -> Resources:
@@ -201,7 +211,7 @@ KIND = ExperimentKind(
     doc="docs/snapshot.md",
     summary="dump and restore a started engine: CRIU, cuda-checkpoint, vllm snapshot",
     phases=(
-        Phase("prepare", f"{PLAYBOOKS}/prepare.yml"),
+        Phase("prepare", f"{PLAYBOOKS}/prepare.yml", waits_for_turn=True),
         Phase("measure", f"{PLAYBOOKS}/measure.yml", follow="server.log"),
         Phase("collect", f"{PLAYBOOKS}/collect.yml", always=True),
     ),
@@ -210,7 +220,7 @@ KIND = ExperimentKind(
     resources=_resources,
     collect=_collect,
     diagnose=_diagnose,
-    plan_checks=plan_checks,
+    plan_checks=_plan_checks,
     node_plan=node_plan,
     needs_engine=True,
     report=KindReport("snapshot.csv", rows, section),

@@ -34,7 +34,6 @@ from runner.experiments.startup_imports import IMPORT_COLUMNS, import_metrics, p
 from runner.experiments.startup_imports_report import imports_section
 from runner.markdown import markdown_table
 from runner.parse.startup_timeline import PHASE_NAMES, timeline
-from runner.parse.vllm_log import parse_log_if_any
 from runner.records import TrialRecord
 
 __all__ = ["KIND", "PHASE_COLUMNS", "RECIPES", "before_start"]
@@ -159,6 +158,7 @@ def _raw(ctx: TrialContext) -> Path:
 
 
 def _parsed_log(raw: Path) -> dict[str, Any]:
+    from runner.parse.vllm_log import parse_log_if_any  # noqa: PLC0415 - the log parser's patterns: when collecting, not at the runner's start
     return parse_log_if_any(raw / "server.log")
 
 
@@ -241,6 +241,7 @@ def _diagnose(ctx: TrialContext) -> str:
 
 _STATE_COLUMNS = ("compile_cache_hit", "cache_state", "cache_files", "pyc_warm_fraction", "pyc_warm_fraction_all",
                   "page_cache_action", "resident_fraction_before")
+_WORD_COLUMNS = ("compile_cache_hit", "cache_state", "page_cache_action")  # no median of these: startup.csv has them
 _REPORT_COLUMNS = ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction", "timeline_resolution_s",
                    "timeline_sources", *_STATE_COLUMNS, *IMPORT_COLUMNS, "bytecode_compile_s", "wake_to_first_token_s",
                    "gpu_mem_mib_asleep", "stop_s", "gpu_mem_mib_after_stop", "page_cache_gib_after_stop", "log_errors",
@@ -248,10 +249,13 @@ _REPORT_COLUMNS = ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction",
 
 
 def _rows(record: TrialRecord) -> list[dict[str, Any]]:
+    from runner.report_charts import trial_engine  # noqa: PLC0415 - with pandas: only when a report is built
+
     metrics = record.get("metrics") or {}
-    # "_" columns carry the import detail to the section, never into startup.csv.
-    return [{**{k: metrics.get(k) for k in _REPORT_COLUMNS}, "_imports": metrics.get("imports"),
-             "_pyc_packages": metrics.get("pyc_packages")}]
+    # What the engine was (engine, rehearsal_model, load_format): the chart's warning reads it here,
+    # not from every trial's record again. "_" columns carry the import detail to the section only.
+    return [{**{k: metrics.get(k) for k in _REPORT_COLUMNS}, **trial_engine(record),
+             "_imports": metrics.get("imports"), "_pyc_packages": metrics.get("pyc_packages")}]
 
 
 def _resolution_line(ok: Any) -> str:
@@ -266,22 +270,39 @@ def _resolution_line(ok: Any) -> str:
             "is the process's own (to the clock tick).\n")
 
 
-def _section(frame: Any, root: Path) -> str:
-    from runner.report_charts import startup_chart  # noqa: PLC0415 - pandas and matplotlib: only when a report is built
+def _per_mode(ok: Any, columns: list[str]) -> Any:
+    """One row per mode (and host where there are several): ``n`` ok trials and each column's median."""
+    import pandas as pd  # noqa: PLC0415 - only when a report is built
 
+    keys = ["mode", "host"] if ok["host"].nunique() > 1 else ["mode"]
+    numbers = ok[keys].assign(**{c: pd.to_numeric(ok[c], errors="coerce") for c in columns})
+    grouped = numbers.groupby(keys, sort=False)
+    table = grouped.median().round(3)
+    table.insert(0, "n", grouped.size())
+    return table.reset_index()
+
+
+def _section(frame: Any, root: Path) -> str:
+    from runner.report_charts import MAX_TRIAL_BARS, startup_chart  # noqa: PLC0415 - pandas and matplotlib: only when a report is built
+
+    ok = frame[frame["status"] == "ok"]
+    many = len(ok) > MAX_TRIAL_BARS
+    each = ("Each bar is one trial (repeats side by side: read the pairs, not a mean), stacked from the start "
+            "command to the first token." if not many else
+            f"{len(ok):,} trials are too many to draw one by one: each bar is a mode (and host), each phase its "
+            "median over the ok trials, stacked, with the first token's median and its 10th-90th percentile over it "
+            "(a stack of medians need not add up to the median start); the tables below give medians per mode, and "
+            "`startup.csv` every trial.")
     lines = ["\n## Startup: time to the first token, and where it went\n",
-             "Each bar is one trial (repeats side by side: read the pairs, not a mean), stacked from the start "
-             "command to the first token. Phases come from the server log's timestamps, the timer's events and the "
-             "engine's processes as the timer saw them; `other` is what lies between named boundaries or where one "
-             "is missing.\n"]
+             f"{each} Phases come from the server log's timestamps, the timer's events and the engine's processes as "
+             "the timer saw them; `other` is what lies between named boundaries or where one is missing.\n"]
     chart = startup_chart(frame, root / "startup.png")
     if chart is not None:
         lines.append(f"![startup phases]({chart.name})\n")
-    ok = frame[frame["status"] == "ok"]
     if len(ok):
         lines.append(_resolution_line(ok))
         phases = [c for c in ("first_token_s", *PHASE_COLUMNS, "other_s", "named_fraction") if ok[c].notna().any()]
-        lines.append(markdown_table(ok[["mode", "repeat", *phases]]))
+        lines.append(markdown_table(_per_mode(ok, phases) if many else ok[["mode", "repeat", *phases]]))
         lines.append("\nWhat each start began from (read from disk before it, never from the mode): the compile "
                      "and JIT caches, the engine's warm `.pyc` share, the model's share in the page cache. "
                      "`stop_s`: the engine's stop after the trial (SIGTERM to its whole process group gone), what a "
@@ -290,7 +311,9 @@ def _section(frame: Any, root: Path) -> str:
                      "then.\n")
         extra = [c for c in ("wake_to_first_token_s", "stop_s", "gpu_mem_mib_after_stop", "page_cache_gib_after_stop")
                  if ok[c].notna().any()]
-        lines.append(markdown_table(ok[["mode", "repeat", *_STATE_COLUMNS, *extra]]))
+        state = [c for c in _STATE_COLUMNS if c not in _WORD_COLUMNS and ok[c].notna().any()]
+        lines.append(markdown_table(_per_mode(ok, [*state, *extra]) if many
+                                    else ok[["mode", "repeat", *_STATE_COLUMNS, *extra]]))
     lines.append(imports_section(frame, root))
     return "\n".join(lines)
 

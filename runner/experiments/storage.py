@@ -288,7 +288,7 @@ KIND = ExperimentKind(
     doc="docs/storage.md",
     summary="the node's transfer limits: fio on the data filesystem (direct sequential read, the reference "
             "campaign's 13.5 GB/s, and buffered read) and host-GPU copies (pinned and pageable)",
-    phases=(Phase("run", PLAYBOOK),),
+    phases=(Phase("run", PLAYBOOK, waits_for_turn=True),),
     modes={m.MODE: m for m in (SeqReadDirectParams, BufferedReadParams, H2DCopyParams)},
     default_modes=("seq_read_direct", "buffered_read"),
     resources=_resources,

@@ -126,6 +126,9 @@ def test_preflight_refuses_with_its_numbers_and_starts_nothing(write_campaign: C
     data["experiments"] = [{"kind": "offload", "timeout_s": 120, "modes": {"tiered": {
         "workload": workload, "quality": {"enabled": False}, "engine_copies": 2, "offload_gib": 4096,
         "fs_dir": str(tmp_path / "raid"), "fs_gib": 10**7}}}]
+    # A pool the engine sizes itself: the plan cannot judge the tiers (tests/unit/runner/test_plan_checks.py
+    # does), so these numbers reach the node's preflight.
+    del data["engine"]["env"]["STANDIN_KV_CAPACITY_TOKENS"]
     stale = Path("/dev/shm") / f"vllm_offload_test_{uuid.uuid4().hex}.mmap"
     stale.write_bytes(b"\0" * 4096)
     try:

@@ -12,7 +12,8 @@ the load, ``/metrics`` again, the quality check, stop) and ``collect`` (always: 
 remove the trial's offload files, fetch everything).
 
 Modules: ``params`` (modes and parameters), ``sizing`` (tokens and bytes of the working set and
-the tiers), ``setup`` (the plan-time trial setup), ``collect`` (figures from the raw files),
+the tiers), ``setup`` (the plan-time trial setup), ``checks`` (the refusals that need no node:
+``--plan``), ``collect`` (figures from the raw files),
 ``node`` (each engine copy's launch and the node programs' argv), ``report`` (the CSVs and the
 report section).
 """
@@ -20,6 +21,7 @@ report section).
 from __future__ import annotations
 
 from runner.experiments.base import ExperimentKind, KindReport, Phase
+from runner.experiments.offload.checks import plan_checks
 from runner.experiments.offload.collect import collect, diagnose
 from runner.experiments.offload.node import node_plan
 from runner.experiments.offload.params import MODES, RECIPES
@@ -36,13 +38,14 @@ KIND = ExperimentKind(
     doc="docs/offload.md",
     summary="a multi-turn chat load over a working set larger than the GPU KV pool, per KV offload mode",
     phases=(
-        Phase("prepare", f"{PLAYBOOKS}/prepare.yml"),
+        Phase("prepare", f"{PLAYBOOKS}/prepare.yml", waits_for_turn=True),
         Phase("measure", f"{PLAYBOOKS}/measure.yml", follow="server.log"),
         Phase("collect", f"{PLAYBOOKS}/collect.yml", always=True),
     ),
     modes=MODES,
     default_modes=("hbm_only", "native_cpu"),
     resources=resources,
+    plan_checks=plan_checks,
     collect=collect,
     diagnose=diagnose,
     node_plan=node_plan,

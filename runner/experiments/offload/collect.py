@@ -29,8 +29,6 @@ from runner.experiments.offload.sizing import (
     store_refusals,
     working_set,
 )
-from runner.parse.metrics import parse_metrics_text, prefix_cache_run_rates
-from runner.parse.vllm_log import parse_log_if_any, parse_log_text
 
 __all__ = ["collect", "diagnose", "kv_transfers"]
 
@@ -64,6 +62,7 @@ def _log_hit_rates(path: Path, load_end: int | None) -> dict[str, float]:
         return {}
     data = path.read_bytes()
     text = data[:load_end].decode(errors="replace") if load_end else data.decode(errors="replace")
+    from runner.parse.vllm_log import parse_log_text  # noqa: PLC0415 - the log parser's patterns: when collecting, not at the runner's start
     try:
         log = parse_log_text(text, source=str(path))
     except ParseError:
@@ -92,6 +91,7 @@ _LMCACHE_DIRECTION = {"stored": "gpu_to_cpu", "retrieved": "cpu_to_gpu"}
 
 
 def _metric_pairs(raw: Path) -> list[tuple[dict[str, float], dict[str, float]]]:
+    from runner.parse.metrics import parse_metrics_text  # noqa: PLC0415 - prometheus_client (0.1 s): when collecting, not at the runner's start
     pairs = []
     for before in sorted(raw.glob("metrics_before*.txt")):
         after = raw / before.name.replace("before", "after")
@@ -105,6 +105,7 @@ def _metric_rates(pairs: list[tuple[dict[str, float], dict[str, float]]]) -> dic
     """Per-run hit rates from the /metrics deltas, hits and queries summed over engine copies; and
     external hit tokens per tier where the engine counts them (the stand-in does), which says
     whether a tier below host RAM was reached, measured rather than inferred."""
+    from runner.parse.metrics import prefix_cache_run_rates  # noqa: PLC0415 - prometheus_client (0.1 s): when collecting, not at the runner's start
     totals: dict[str, float] = {}
     for first, last in pairs:
         for key, value in prefix_cache_run_rates(first, last).items():
@@ -276,6 +277,7 @@ def _tiers(ctx: TrialContext, raw: Path, run: Mapping[str, Any], logs: list[dict
 
 
 def collect(ctx: TrialContext) -> dict[str, Any]:
+    from runner.parse.vllm_log import parse_log_if_any  # noqa: PLC0415 - the log parser's patterns: when collecting, not at the runner's start
     raw = _raw(ctx)
     run = json.loads((raw / "run.json").read_text())
     metrics = _load_figures(raw)
@@ -315,6 +317,7 @@ _OOM_KILL = re.compile(r"Out of memory: Kill(?:ed)? process (\d+) \(([^)]*)\)")
 
 def diagnose(ctx: TrialContext) -> str:
     """For a failed trial: what the run said, the engine's parsed errors, the kernel's, the log tail."""
+    from runner.parse.vllm_log import parse_log_if_any  # noqa: PLC0415 - the log parser's patterns: when collecting, not at the runner's start
     raw = _raw(ctx)
     parts = []
     run_file = raw / "run.json"

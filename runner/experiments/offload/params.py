@@ -43,7 +43,7 @@ _W, _Q = Workload(), QualitySpec()
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class WorkloadParams(_Strict):

@@ -26,6 +26,7 @@ from runner.experiments.offload.sizing import plan_sizing, staging_shortfall
 __all__ = ["OffloadResources", "load_format", "resources", "trial_setup", "weights_label"]
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+FACTS_AFTER = "facts_after.json"
 
 
 @dataclass(frozen=True)
@@ -135,9 +136,11 @@ def _copies(ctx: TrialContext, copies: int) -> list[dict[str, Any]]:
 
 
 def _fetch(copies: int) -> list[list[str]]:
-    """[path in the trial's folder, name in raw/<host>/]: the trial's files, then the other copies'."""
+    """[path in the trial's folder, name in raw/<host>/]: the trial's files, the other copies', and
+    the node's facts after the trial (written there by the collect on a remote node)."""
     files = [[name, name] for name in TRIAL_FILES]
-    return files + [[f"copy{i}/{name}", fetched_name(name, i)] for i in range(1, copies) for name in COPY_FILES]
+    files += [[f"copy{i}/{name}", fetched_name(name, i)] for i in range(1, copies) for name in COPY_FILES]
+    return [*files, [FACTS_AFTER, FACTS_AFTER]]
 
 
 def trial_setup(ctx: TrialContext) -> dict[str, Any]:

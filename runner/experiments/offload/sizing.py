@@ -22,7 +22,7 @@ from runner.experiments.launch import engine_arg
 from runner.experiments.offload.params import WorkloadParams
 
 __all__ = ["GIB", "VLLM_BLOCK_TOKENS", "engine_arg", "host_tier_tokens", "plan_sizing", "sizes_note",
-           "staging_shortfall", "stated_host_tokens", "store_refusals", "working_set"]
+           "staging_shortfall", "stated_host_tokens", "store_refusals", "unreached_tier", "working_set"]
 
 GIB = 2**30
 _STANDIN_HOST_TIER = re.compile(r"\[stand-in\] host-RAM KV tier: [\d.]+ GiB = ([\d,]+) tokens")
@@ -111,6 +111,23 @@ def plan_sizing(params: Mapping[str, Any], engine: Mapping[str, Any]) -> dict[st
             out["ws_over_pool_plus_host"] = round(ws / (pool + host_tokens), 3)
     out["note"] = sizes_note(kv_bytes, kv_source, pool, ws, host_gib, host_tokens, fs_gib, fs_tokens)
     return out
+
+
+def unreached_tier(sizing: Mapping[str, Any], fs_tier: bool) -> str:
+    """Why the mode's lowest tier cannot be reached, from ``plan_sizing``'s figures, or "": the
+    working set must exceed what sits above the tier (known where the campaign fixes the pool)."""
+    ws, pool, host = sizing["working_set_tokens"], sizing["pool_tokens"], sizing["host_tier_tokens"]
+    if not pool or not sizing["host_tier_gib"]:
+        return ""
+    more = "give more sessions or history_tokens"
+    if ws <= pool:
+        return (f"sizing: the working set ({ws:,} tokens) fits the GPU KV pool ({pool:,} tokens: "
+                f"{sizing['pool_source']}), so no offload tier is ever read; {more}, or a smaller pool")
+    if fs_tier and host and ws <= pool + host:
+        return (f"sizing: the working set ({ws:,} tokens) fits the GPU KV pool and the host RAM tier ({pool:,} + "
+                f"{host:,} = {pool + host:,} tokens), so the file-system tier is never reached; {more}, or a "
+                "smaller offload_gib")
+    return ""
 
 
 def staging_shortfall(params: Mapping[str, Any], engine: Mapping[str, Any]) -> str:

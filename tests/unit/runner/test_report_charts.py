@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from matplotlib.container import BarContainer
 from PIL import Image
 
 from runner.report_charts import (
@@ -134,3 +135,54 @@ def test_offload_chart_says_stand_in(tmp_path: Path) -> None:
     assert path is not None and "stand-in engine" in Image.open(path).text["Title"]
     fig = offload_figure(turns, "turn_wall_s", "s", "Offload: turn wall time", note="stand-in engine")
     assert fig is not None and fig.get_suptitle() == "stand-in engine"
+
+
+def many_starts(repeats: int, hosts: int = 1, wake: bool = False) -> pd.DataFrame:
+    """``repeats`` ok trials per mode and host: first_start's phases 10 s, 20 s, ... up the repeats."""
+    rows = []
+    for h in range(hosts):
+        for mode, scale in (("first_start", 1.0), ("sleep_wake" if wake else "disk_cold", 0.5)):
+            for r in range(1, repeats + 1):
+                weights, other = 10.0 * r * scale, 5.0
+                rows.append({"trial_id": f"s.{mode}.r{r}@h{h}", "mode": mode, "repeat": r, "host": f"h{h}",
+                             "status": "ok", "first_token_s": weights + other, "weights_s": weights,
+                             "other_s": other, "engine": "vllm",
+                             "wake_to_first_token_s": 0.1 * r if mode == "sleep_wake" else None})
+    return pd.DataFrame(rows).convert_dtypes()
+
+
+def test_above_the_bar_limit_each_mode_gets_one_bar_of_medians() -> None:
+    frame = many_starts(101)  # 202 ok trials
+    fig = startup_figure(frame)
+    assert fig is not None
+    ax = fig.axes[0]
+    assert ax.get_title() == ("Startup to first token, by phase: medians of 202 trials per mode (one bar per trial "
+                              "up to 60)")
+    weights, other = ax.containers[0], ax.containers[1]  # bottom up: weights, then other
+    assert [b.get_height() for b in weights] == [510.0, 255.0]  # the median repeat (51) of each mode
+    assert [b.get_height() for b in other] == [5.0, 5.0]
+    assert len(ax.patches) == 2 * 2  # two phases x two modes: no bar per trial
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["first_start (n=101)", "disk_cold (n=101)"]
+    marker = ax.containers[2]  # the first token: median, whisker to the 10th and 90th percentiles
+    low, high = marker.lines[2][0].get_segments()[0][:, 1]
+    assert (low, high) == pytest.approx((115.0, 915.0))
+    assert "each phase's median" in ax.get_xlabel()
+    assert startup_figure(many_starts(30)).axes[0].get_title() == STARTUP_TITLE  # 60 bars: one a trial
+
+
+def test_many_hosts_get_a_bar_each_while_the_bars_stay_few(tmp_path: Path) -> None:
+    labels = [t.get_text() for t in startup_figure(many_starts(20, hosts=3)).axes[0].get_xticklabels()]
+    assert labels[:2] == ["first_start@h0 (n=20)", "first_start@h1 (n=20)"] and len(labels) == 6
+    labels = [t.get_text() for t in startup_figure(many_starts(2, hosts=40)).axes[0].get_xticklabels()]
+    assert labels == ["first_start (n=80)", "disk_cold (n=80)"]  # 80 bars of mode and host: per mode
+    path = startup_chart(many_starts(101), tmp_path / "startup.png")
+    assert path is not None and Image.open(path).text["Title"].startswith(f"{STARTUP_TITLE}: medians of 202")
+
+
+def test_the_wake_panel_shows_medians_above_the_bar_limit() -> None:
+    fig = startup_figure(many_starts(70, wake=True))
+    wake_ax = fig.axes[1]
+    starts, wakes = (c for c in wake_ax.containers if isinstance(c, BarContainer))
+    assert [round(b.get_height(), 3) for b in wakes] == [3.55]  # the median of 0.1 ... 7.0
+    assert [round(b.get_height(), 3) for b in starts] == [182.5]
+    assert wake_ax.get_title() == "sleep_wake: start vs wake, medians of 70 repeats"

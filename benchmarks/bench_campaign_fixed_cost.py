@@ -1,0 +1,114 @@
+"""A campaign's fixed cost: a one-trial campaign against a bare ``ansible-playbook`` of the same playbook.
+
+The campaign is one ``selftest`` ``noop`` trial on the local inventory (its playbook pings the node
+and does nothing else), run as a user runs it: ``python -m runner CAMPAIGN --quiet`` in a fresh
+process, so the runner's own start (its imports), the host's facts, the trial, its record and the
+report all count. The bare run is ``ansible-playbook`` of ``playbooks/experiments/selftest.yml``
+with the same extra variables, from the repository root (the same ``ansible.cfg``). Runs alternate,
+so load on the machine falls on both alike; the medians and their ratio are printed (the target
+is a campaign within 1.5x the bare playbook).
+
+    .venv/bin/python benchmarks/bench_campaign_fixed_cost.py [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PLAYBOOK = "playbooks/experiments/selftest.yml"
+TARGET_RATIO = 1.5
+
+
+def _campaign(work: Path) -> Path:
+    path = work / "one-trial.yaml"
+    path.write_text(f"""\
+name: one-trial
+inventory: {REPO / 'inventory/local'}
+hosts: all
+remote_dir: {work / 'remote'}
+experiments:
+  - kind: selftest
+    modes: [noop]
+""")
+    return path
+
+
+def _extravars(work: Path) -> Path:
+    """What the runner passes the trial's playbook (runner/campaign.py's _extravars), as a file."""
+    path = work / "extravars.json"
+    results = work / "bare-results"
+    path.write_text(json.dumps({
+        "exp_campaign": "one-trial", "exp_trial_id": "selftest.noop.r1@localhost", "exp_experiment": "selftest",
+        "exp_kind": "selftest", "exp_mode": "noop", "exp_params": {}, "exp_repeat": 1, "exp_engine": {},
+        "exp_resources": {}, "exp_results_dir": str(results), "exp_remote_dir": str(work / "remote"),
+        "exp_repo_dir": str(REPO), "exp_node": {}, "exp_timeout_s": 600, "exp_turn_file": "",
+        "exp_turn_timeout_s": 0,
+    }))
+    return path
+
+
+def _timed(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and its children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[:3]} failed (rc={done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def measure(runs: int) -> dict[str, object]:
+    bin_dir = Path(sys.executable).parent
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        campaign, extravars = _campaign(work), _extravars(work)
+        bare_argv = [str(bin_dir / "ansible-playbook"), "-i", str(REPO / "inventory/local"), PLAYBOOK,
+                     "-e", f"@{extravars}"]
+        bare, runner = [], []
+        _timed(bare_argv)  # warm the page cache of both: the first run of each reads its files from disk
+        _timed([sys.executable, "-m", "runner", str(campaign), "--quiet", "--results", str(work / "warm")])
+        for i in range(runs):
+            bare.append(_timed(bare_argv))
+            runner.append(_timed([sys.executable, "-m", "runner", str(campaign), "--quiet",
+                                  "--results", str(work / f"r{i}")]))
+    bare_s, runner_s = statistics.median(w for w, _ in bare), statistics.median(w for w, _ in runner)
+    bare_cpu, runner_cpu = statistics.median(c for _, c in bare), statistics.median(c for _, c in runner)
+    # CPU seconds too: on a shared machine the wall time depends on what else runs, and the campaign's
+    # two playbooks overlap only where a core is free.
+    return {"runs": runs, "load_average": os.getloadavg()[0], "bare_ansible_playbook_s": round(bare_s, 3),
+            "one_trial_campaign_s": round(runner_s, 3), "ratio": round(runner_s / bare_s, 2),
+            "bare_cpu_s": round(bare_cpu, 2), "campaign_cpu_s": round(runner_cpu, 2), "target_ratio": TARGET_RATIO,
+            "bare_all_s": [round(w, 3) for w, _ in bare], "campaign_all_s": [round(w, 3) for w, _ in runner]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = measure(max(1, args.runs))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"load average {result['load_average']:.2f}; medians of {result['runs']} alternating runs")
+    print(f"bare ansible-playbook {PLAYBOOK}: {result['bare_ansible_playbook_s']:.2f} s")
+    print(f"one-trial campaign (python -m runner, facts, trial, record, report): "
+          f"{result['one_trial_campaign_s']:.2f} s")
+    print(f"ratio {result['ratio']:.2f}x (target <= {TARGET_RATIO}x); CPU seconds: bare {result['bare_cpu_s']:.2f}, "
+          f"campaign {result['campaign_cpu_s']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
