@@ -41,11 +41,14 @@ PLAYBOOKS = "playbooks/experiments/snapshot"
 
 
 def _plan_checks(ctx: TrialContext) -> list[str]:
-    """The quiesce-aware refusals of the CRIU and cuda-checkpoint modes (an unquiesced image that
-    cannot fit, a level-2 sleep vLLM cannot reload); vllm_snapshot's from the engine's GPU memory."""
-    if ctx.mode in ("criu", "cuda_checkpoint"):
+    """What needs no node: an engine that sleeps first moves only what its sleep keeps (a level-2
+    sleep vLLM cannot reload is refused); one that does not, its GPU memory against the node's RAM
+    and the images' filesystem in all, with the remedy named."""
+    quiesce = ctx.params.get("quiesce", "none")
+    if quiesce != "none":
         return snapshot_plan.plan_checks(ctx)
-    return snapshot_checks.plan_checks(ctx)
+    hint = "; quiesce the engine first (quiesce: sleep)" if ctx.mode in ("criu", "cuda_checkpoint") else ""
+    return [f"quiesce none: {reason}{hint}" if hint else reason for reason in snapshot_checks.plan_checks(ctx)]
 
 
 def _resources(ctx: TrialContext) -> Resources:

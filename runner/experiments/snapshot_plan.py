@@ -10,7 +10,6 @@ host's cached facts), each with its arithmetic.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Mapping
 from typing import Any
 
@@ -116,51 +115,7 @@ def _reload_refusal(engine: Mapping[str, Any]) -> list[str]:
             f"load-format {fmt} has no get_all_weights ('Model reloading with `{fmt}` format'); use quiesce sleep"]
 
 
-def _free_where(path: str, facts: Mapping[str, Any]) -> tuple[str, str, int] | None:
-    """(mount point, filesystem, bytes free) of the filesystem holding ``path``, from the host's facts."""
-    shm = facts.get("shm") or {}
-    mounts = [(str(m.get("mountpoint") or ""), str(m.get("fstype") or ""), m.get("available_bytes"))
-              for m in facts.get("mounts") or [] if isinstance(m, Mapping)]
-    if shm.get("path"):
-        mounts.append((str(shm["path"]), "tmpfs", shm.get("free_bytes")))
-    inside = [m for m in mounts if m[0] and (path == m[0] or path.startswith(m[0].rstrip("/") + "/"))]
-    if not inside:
-        return None
-    mount, fstype, free = max(inside, key=lambda m: len(m[0]))
-    return (mount, fstype, int(free)) if isinstance(free, int) else None
-
-
-def _unquiesced_refusal(ctx: TrialContext) -> list[str]:
-    """An unquiesced image is the engine's GPU memory: refused where the node's RAM or the images
-    folder cannot hold it (the host's cached facts; without them the node's gates check)."""
-    facts, engine = ctx.facts or {}, ctx.engine
-    gpus = {int(g) for g in engine.get("gpus") or []}
-    total_mib = sum(int(g.get("memory_total_mib") or 0) for g in facts.get("gpus") or []
-                    if isinstance(g, Mapping) and g.get("index") in gpus)
-    ram = (facts.get("memory") or {}).get("total_bytes")
-    if not total_mib or not isinstance(ram, int):
-        return []
-    fraction = float(vllm_arg(engine.get("args") or {}, "gpu-memory-utilization"))
-    image = fraction * total_mib * 2**20
-    share = (f"quiesce none: the image holds the engine's GPU memory, {fraction:g} x {total_mib:,} MiB = "
-             f"{image / GIB:.1f} GiB (cached facts of {ctx.host})")
-    where = posixpath.normpath(str(ctx.params.get("images_dir") or ctx.node_paths().file("images")))
-    found = _free_where(where, facts) if ctx.mode == "criu" else None
-    in_ram = bool(found and found[1] in _RAM_FS)
-    problems = []
-    if image * (2 if in_ram else 1) > ram:
-        twice = " twice (the dump stages it there, and the images are RAM too)" if in_ram else ""
-        problems.append(f"more than the node's {ram / GIB:.1f} GiB of RAM{twice}")
-    if found and image > found[2]:
-        problems.append(f"more than the {found[2] / GIB:.1f} GiB free in {found[0]} ({found[1]}), where the images "
-                        f"go ({where})")
-    return [f"{share}: {' and '.join(problems)}; quiesce the engine first (quiesce: sleep)"] if problems else []
-
-
 def plan_checks(ctx: TrialContext) -> list[str]:
-    quiesce = ctx.params.get("quiesce", "none")
-    if quiesce == "sleep2":
-        return _reload_refusal(ctx.engine)
-    if quiesce == "none" and ctx.mode in ("criu", "cuda_checkpoint"):
-        return _unquiesced_refusal(ctx)
-    return []
+    """A quiesced trial's refusals: a level-2 sleep whose weights vLLM cannot read back (an
+    unquiesced one's are runner/experiments/snapshot_checks.py's, from the node's totals)."""
+    return _reload_refusal(ctx.engine) if ctx.params.get("quiesce") == "sleep2" else []

@@ -120,26 +120,32 @@ def snapshot(mode: str, engine: dict[str, Any], facts: dict[str, Any] | None, **
     return SNAPSHOT.plan_checks(ctx)
 
 
+def unquiesced(reason: str) -> str:
+    """An engine that does not sleep first: the refusal names the remedy (runner/experiments/snapshot.py)."""
+    return f"quiesce none: {reason}; quiesce the engine first (quiesce: sleep)"
+
+
 def test_a_criu_image_is_checked_against_its_filesystem_and_ram_in_all() -> None:
     # 0.9 of a 140.4 GiB H200 is 126.4 GiB: more than the root filesystem and than the host's RAM.
     full = {**VLLM, "args": {}}
-    assert snapshot("criu", full, H200) == [
+    assert snapshot("criu", full, H200) == [unquiesced(r) for r in (
         "the image holds the engine's GPU memory (>= 126.4 GiB) but /opt/work/snapshot.r1/images (ext4 at /) has "
         "100.0 GiB in all (its size)",
-        "dumping moves 126.4 GiB of GPU memory to host RAM: 126.4 GiB needed, 125.0 GiB in all (MemTotal)"]
+        "dumping moves 126.4 GiB of GPU memory to host RAM: 126.4 GiB needed, 125.0 GiB in all (MemTotal)")]
     # Half the card (70.2 GiB) on tmpfs is RAM twice over; on the RAID it fits.
-    assert snapshot("criu", VLLM, H200, images_dir="/dev/shm/images") == [
+    assert snapshot("criu", VLLM, H200, images_dir="/dev/shm/images") == [unquiesced(r) for r in (
         "the image holds the engine's GPU memory (>= 70.2 GiB) but /dev/shm/images (tmpfs at /dev/shm) has "
         "63.0 GiB in all (its size)",
         "dumping moves 70.2 GiB of GPU memory to host RAM and writes it again to tmpfs at /dev/shm: 140.4 GiB "
-        "needed, 125.0 GiB in all (MemTotal)"]
+        "needed, 125.0 GiB in all (MemTotal)")]
     assert snapshot("criu", VLLM, H200, images_dir="/mnt/data/images") == []
+    assert snapshot("criu", full, H200, quiesce="sleep") == []  # asleep, the image holds the weights only
 
 
 def test_cuda_checkpoint_is_checked_against_ram_in_all_and_nothing_without_facts() -> None:
-    assert snapshot("cuda_checkpoint", {**VLLM, "args": {}}, H200) == [
+    assert snapshot("cuda_checkpoint", {**VLLM, "args": {}}, H200) == [unquiesced(
         "checkpointing moves up to 126.4 GiB of GPU memory (0.9 of GPU(s) 0) to host RAM, but only 125.0 GiB "
-        "is there in all (MemTotal, from the facts an earlier run gathered)"]
+        "is there in all (MemTotal, from the facts an earlier run gathered)")]
     assert snapshot("cuda_checkpoint", VLLM, H200) == []
     assert snapshot("cuda_checkpoint", {**VLLM, "args": {}}, None) == []
     assert snapshot("cuda_checkpoint", {**VLLM, "gpus": []}, H200) == []  # no GPU: nothing moves
