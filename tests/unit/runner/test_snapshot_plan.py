@@ -79,10 +79,7 @@ def test_an_unquiesced_image_the_node_cannot_hold_is_refused_with_the_arithmetic
         assert refusals and all(r.startswith("quiesce none: ") and r.endswith("quiesce the engine first (quiesce: "
                                                                               "sleep)") for r in refusals), mode
         assert any("126.4 GiB" in r and "125.0 GiB" in r for r in refusals), refusals
-    # Images in /dev/shm are RAM: written there again beside what the dump moved.
-    shm = trials(write_campaign, campaign("      criu: {images_dir: /dev/shm/img}", "{gpu-memory-utilization: 0.5}"),
-                 H200_FACTS)["criu"]
-    assert any("70.2 GiB" in r and "tmpfs at /dev/shm" in r for r in shm.refusals), shm.refusals
+    # Images on tmpfs (RAM twice over): tests/unit/runner/test_plan_checks.py.
 
 
 def test_what_fits_or_is_quiesced_or_has_no_facts_is_planned(write_campaign: Callable[[str], Path]) -> None:
