@@ -47,6 +47,7 @@ class Timer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.pre: subprocess.Popen[bytes] | None = None
         self.claim: Claim | None = None
+        self.secrets: dict[str, str] = {}  # launch["secret_env"]'s values (nodetools.secret_env): the engine's only
         self.inherit_lock = True
         self.t0 = 0.0
         self.watch: GroupWatcher | None = None
@@ -60,7 +61,7 @@ class Timer:
         return t
 
     def _spawn(self, argv: list[str], log_path: Path, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
-        env = launch_env(self.launch)
+        env = launch_env(self.launch, self.secrets)
         with log_path.open("ab") as log:
             return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, pass_fds=pass_fds)
