@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ResultsWriteError
-from runner.execute import PhaseResult, RunningPhase, start_phase
+from runner.execute import PhaseResult, RunningPhase, scrub_command_artifacts, start_phase
 from runner.experiments import KINDS
 from runner.experiments.base import ExperimentKind, Phase, TrialContext
 from runner.host_checks import PREFLIGHT_TIMEOUT_S, PROBE_TIMEOUT_S, gather_facts, host_answers
@@ -339,6 +339,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
     if orphans:
         progress.note(f"stopped {len(orphans)} process(es) an earlier, killed run of this folder left behind")
     secrets = secrets or Secrets()
+    scrub_command_artifacts(store.root)  # what a killed run left: before previous/ keeps it for good
     try:
         run_info = _freeze(loaded, plan, store, argv or [])
     except ResultsWriteError as exc:

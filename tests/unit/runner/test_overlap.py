@@ -3,6 +3,8 @@
 Real ansible-runner runs of a two-task playbook with the project's ansible.cfg: the first task is
 the wait, the second stands for the trial's node work (it writes a marker file). The marker must
 appear only after ``go``: never after ``cancel``, never when the process holding the turn dies.
+Nothing a run started outlives its test: each run has a lease (execute.start_phase gives one to a
+run started without), a stopped run is reaped by it, and every test checks so at its end.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from runner.execute import start_phase
 from runner.overlap import EarlyRun, Turn
+from runner.supervise import reap
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -31,6 +37,18 @@ PLAYBOOK = """\
 """
 
 
+_LEASES: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _nothing_outlives_the_test() -> Iterator[None]:
+    """Every process of the test's runs is gone at its end (a leftover is stopped, and fails it)."""
+    yield
+    leases, _LEASES[:] = list(_LEASES), []
+    left = {lease: reap(lease, exact=True) for lease in leases}
+    assert not any(left.values()), f"processes outlived their run: {left}"
+
+
 def _early(tmp_path: Path, turn: Turn | None = None, playbook: str = PLAYBOOK) -> tuple[EarlyRun, Path, list[str]]:
     (tmp_path / "play.yml").write_text(playbook)
     (tmp_path / "inventory").write_text("localhost ansible_connection=local "
@@ -45,6 +63,8 @@ def _early(tmp_path: Path, turn: Turn | None = None, playbook: str = PLAYBOOK) -
         inventory=tmp_path / "inventory", limit="localhost",
         extravars={"exp_turn_file": str(turn_file), "exp_turn_timeout_s": 60, "marker": str(marker)},
         timeout_s=120, cancel=early.aborted.is_set, on_task=early.task)
+    assert early.running.lease  # given one, though the test passed none: what a stop reaps by
+    _LEASES.append(early.running.lease)
     return early, marker, tasks
 
 
