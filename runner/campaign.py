@@ -319,7 +319,7 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
 
 
 def _freeze(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, argv: list[str]) -> dict[str, Any]:
-    store.write_text("campaign.yaml", loaded.text)
+    store.freeze_campaign(loaded.text, loaded.path)
     store.write_json("plan.json", plan.as_dict())
     run_info = store.read_json("run.json") or {"runs": []}
     run_info.update(
