@@ -359,7 +359,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
     stop = threading.Event()
     ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory_path) if follow else None,
                secrets)
-    progress.start(sum(len(t) for t in todo.values()), kept)
+    progress.start(sum(len(t) for t in todo.values()), kept, [(t.id, h) for h, ts in todo.items() for t in ts])
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="host")
     futures: set[Future[dict[str, int]]] = {pool.submit(_host_worker, ctx, h, ts) for h, ts in todo.items()}
     try:
