@@ -20,31 +20,18 @@ from nodetools import exitcodes
 from nodetools.proc import launch_env
 from nodetools.secret_env import SECRETS_FILE, SecretsError, secret_names, take_secrets
 from tests.nodetools.conftest import REPO, free_port
+from tests.nodetools.test_coldstart_timeline import ENGINE as TIMELINE_ENGINE
 
 VALUE = "hf_sEcReT-test-value-0123456789"
 OTHER = "other-sEcReT-never-asked-for"
 
-# An engine that writes what its environment holds (hashes, never the values) and answers.
+# The timeline test's engine (it answers completions over HTTP), which first writes what its
+# environment holds: hashes, never the values, to the file SEEN_OUT names.
 ENGINE = """\
-import hashlib, http.server, json, os, sys
-port, out = int(sys.argv[1]), sys.argv[2]
+import hashlib, json, os
 seen = {k: hashlib.sha256(os.environ[k].encode()).hexdigest() for k in ("HF_TOKEN", "OTHER_TOKEN") if k in os.environ}
-open(out, "w").write(json.dumps(seen))
-
-class Answer(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        body = json.dumps({"choices": [{"text": "hi"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-http.server.HTTPServer(("127.0.0.1", port), Answer).serve_forever()
-"""
+open(os.environ["SEEN_OUT"], "w").write(json.dumps(seen))
+""" + TIMELINE_ENGINE
 
 
 def write_secrets(folder: Path, values: dict[str, str], mode: int = 0o600) -> Path:
@@ -129,7 +116,7 @@ def test_the_engine_gets_the_value_and_the_trial_folder_keeps_none(tmp_path: Pat
     (work / "server.log").parent.mkdir(parents=True)
     (work / "server.log").write_text("an earlier attempt's log\n")  # the prepare empties the folder
     write_secrets(work, {"HF_TOKEN": VALUE, "OTHER_TOKEN": OTHER})
-    launch = {"argv": [sys.executable, str(tmp_path / "engine.py"), str(port), str(seen)], "env": {},
+    launch = {"argv": [sys.executable, str(tmp_path / "engine.py"), str(port)], "env": {"SEEN_OUT": str(seen)},
               "port": port, "model": "m", "secret_env": ["HF_TOKEN"]}
     done = node_trial(work, launch, tmp_path)
     assert done.returncode == exitcodes.OK, done.stderr
@@ -144,7 +131,7 @@ def test_the_engine_gets_the_value_and_the_trial_folder_keeps_none(tmp_path: Pat
 def test_a_launch_naming_a_secret_without_its_file_starts_nothing(tmp_path: Path) -> None:
     port, seen = free_port(), tmp_path / "seen.json"
     (tmp_path / "engine.py").write_text(ENGINE)
-    launch = {"argv": [sys.executable, str(tmp_path / "engine.py"), str(port), str(seen)], "env": {},
+    launch = {"argv": [sys.executable, str(tmp_path / "engine.py"), str(port)], "env": {"SEEN_OUT": str(seen)},
               "port": port, "model": "m", "secret_env": ["HF_TOKEN"]}
     done = node_trial(tmp_path / "trial", launch, tmp_path)
     assert done.returncode == exitcodes.BAD_INPUT
