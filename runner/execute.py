@@ -28,6 +28,7 @@ from typing import Any
 import ansible_runner
 import yaml
 
+from runner.errors import ResultsWriteError
 from runner.files import atomic_write_text, share_tree
 from runner.supervise import LEASE_VARIABLE, reap
 
@@ -119,7 +120,7 @@ def _scrub_command_file(path: Path) -> bool:
     data["env"] = scrubbed
     try:
         atomic_write_text(path, json.dumps(data))
-    except OSError:  # ResultsWriteError: a full disk; the file is scrubbed again when the run resumes
+    except ResultsWriteError:  # a full disk: the file is scrubbed again when the run resumes
         logger.warning("could not rewrite %s without its environment's values", path)
         return False
     return True
