@@ -245,8 +245,12 @@ def this_checkouts_python(tmp_path: Path) -> Path:
 
 class EnvironWatch(threading.Thread):
     """Reads /proc while a campaign runs (the sshd hosts' processes are this machine's): the
-    environment of every process whose command line holds ``marker``, and every ``command``
-    artifact under ``results``, so a value seen there, even for a moment, is caught."""
+    environment of every node tool and engine whose command line holds ``marker`` (a folder of
+    this test's: other tests on the machine start stand-ins too), and every ``command`` artifact
+    under ``results`` once its playbook runs (its first event is written), so a value seen there
+    while a phase runs, even for a moment, is caught. (Before that, for the instant between
+    ansible-runner writing the file, 0600 in a 0700 folder, and the runner's status handler
+    rewriting it, the file holds the environment: what the resume's sweep is for.)"""
 
     def __init__(self, marker: bytes, results: Path, name: str, value: str) -> None:
         super().__init__(daemon=True)
@@ -260,7 +264,7 @@ class EnvironWatch(threading.Thread):
         for proc in Path("/proc").glob("[0-9]*"):
             try:
                 cmdline = (proc / "cmdline").read_bytes()
-                if self.marker not in cmdline:
+                if self.marker not in cmdline or b"nodetools." not in cmdline:
                     continue
                 environ = (proc / "environ").read_bytes().split(b"\0")
             except OSError:
@@ -272,7 +276,7 @@ class EnvironWatch(threading.Thread):
             self.environs.setdefault(what, set()).add(found)
         for command in self.results.glob("trials/*/ansible/artifacts/*/command"):
             try:
-                if self.value in command.read_bytes():
+                if next((command.parent / "job_events").iterdir(), None) and self.value in command.read_bytes():
                     self.commands_with_value.add(str(command))
             except OSError:
                 continue
@@ -293,7 +297,7 @@ def test_the_engine_gets_its_secret_over_ssh_and_no_file_keeps_it(
     path.write_text(path.read_text() + f"node_python: {this_checkouts_python(tmp_path)}\n")
     port = yaml.safe_load(path.read_text())["engine"]["port"]
     results, node = tmp_path / "results", tmp_path / "remote"
-    watch = EnvironWatch(b"nodetools.", results, "HF_TOKEN", secret)
+    watch = EnvironWatch(str(tmp_path).encode(), results, "HF_TOKEN", secret)
     watch.start()
     try:
         assert main([str(path), "--quiet", "--results", str(results)]) == 0
