@@ -73,6 +73,7 @@ from nodetools.engine_cleanup import cleanup
 from nodetools.lease import Claim, PortBusy, add_claim_options, claim, default_trial
 from nodetools.proc import interrupt_on_term, write_json_atomic
 from nodetools.residency import resident_fraction
+from nodetools.secret_env import SecretsError, take_secrets
 from nodetools.startprep import LAUNCH, PREPARED, Checks, PrepareError, before_prepare, drop_scope, prepare
 from nodetools.timer import Timer
 
@@ -159,13 +160,16 @@ def _main_trial(argv: list[str]) -> int:
     _prepare_options(p)
     _measure_options(p)
     args = p.parse_args(argv)
+    secrets = _secrets(args.dir, args.launch_json)  # first: the prepare empties the folder
+    if secrets is None:
+        return exitcodes.BAD_INPUT
     out, rc = _prepared(args)
     if out is None or out["reasons"]:
         if out is not None:
             print(json.dumps(out))
         return rc
     args.launch, args.log, args.out = args.dir / LAUNCH, args.dir / "server.log", args.dir / "timings.json"
-    out["measure_rc"] = rc = _main_measure_args(args)
+    out["measure_rc"] = rc = _main_measure_args(args, secrets)
     print(json.dumps({k: v for k, v in out.items() if k != "before_start"}))  # before_start: in timings.json
     return rc
 
@@ -214,26 +218,43 @@ def _main_measure(argv: list[str]) -> int:
     return _main_measure_args(p.parse_args(argv))
 
 
-def _main_measure_args(args: argparse.Namespace) -> int:
+def _secrets(workdir: Path, launch_json: str) -> dict[str, str] | None:
+    """The engine's secrets the launch names, taken from the trial's folder (nodetools.secret_env);
+    None, the reason on stderr, when they cannot be."""
+    launch: Any = None
+    with contextlib.suppress(ValueError):
+        launch = json.loads(launch_json)
     try:
-        launch = json.loads(args.launch.read_text())
+        return take_secrets(workdir, launch.get("secret_env") or [] if isinstance(launch, dict) else [])
+    except SecretsError as exc:
+        print(f"coldstart: {exc}", file=sys.stderr)
+        return None
+
+
+def _main_measure_args(args: argparse.Namespace, secrets: dict[str, str] | None = None) -> int:
+    try:
+        text = args.launch.read_text()
+        launch = json.loads(text)
         launch["argv"], launch["port"], launch["model"]  # presence check: KeyError below
     except (OSError, ValueError, KeyError) as exc:
         print(f"coldstart: bad --launch {args.launch}: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT
     workdir = args.log.parent
+    secrets = _secrets(workdir, text) if secrets is None else secrets
+    if secrets is None:
+        return exitcodes.BAD_INPUT
     try:
         with claim("coldstart measure", args.trial or default_trial(workdir), workdir, [int(launch["port"])],
                    args.lease_dir, args.lock_dir) as held:
-            return _measure(launch, args, held)
+            return _measure(launch, args, held, secrets)
     except PortBusy as exc:
         print(f"coldstart: {exc}", file=sys.stderr)
         return exitcodes.BUSY
 
 
-def _measure(launch: dict[str, Any], args: argparse.Namespace, held: Claim) -> int:
+def _measure(launch: dict[str, Any], args: argparse.Namespace, held: Claim, secrets: dict[str, str]) -> int:
     timer = Timer(launch, args.log, args.poll_s, args.timeout_s)
-    timer.claim = held
+    timer.claim, timer.secrets = held, secrets
     with contextlib.suppress(OSError, ValueError):
         timer.out["before_start"] = json.loads((args.log.parent / PREPARED).read_text())
     if args.residency:

@@ -164,10 +164,15 @@ def stop_group(pgid: int, grace_s: float = 60) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def launch_env(launch: dict[str, Any]) -> dict[str, str]:
+def launch_env(launch: dict[str, Any], secrets: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment with a launch file's ``env`` on top: what the engine (and any
-    vLLM command beside it) runs with."""
-    return {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}}
+    vLLM command beside it) runs with; with ``secrets`` (:func:`nodetools.secret_env.take_secrets`),
+    the values of the names the launch lists in ``secret_env``, for the engine's environment only."""
+    env = {**os.environ, **{k: str(v) for k, v in (launch.get("env") or {}).items()}}
+    for name in launch.get("secret_env") or []:
+        if secrets and name in secrets:
+            env[str(name)] = secrets[name]
+    return env
 
 
 def run_captured(argv: list[str], timeout: float, env: dict[str, str] | None = None

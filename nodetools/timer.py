@@ -50,6 +50,7 @@ class Timer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.pre: subprocess.Popen[bytes] | None = None
         self.claim: Claim | None = None
+        self.secrets: dict[str, str] = {}  # launch["secret_env"]'s values (nodetools.secret_env): the engine's only
         self.inherit_lock = True
         self.t0 = 0.0
         self.watch: GroupWatcher | None = None
@@ -66,7 +67,7 @@ class Timer:
 
     def _spawn(self, argv: list[str], log_path: Path, pass_fds: tuple[int, ...] = (),
                profile: bool = False) -> subprocess.Popen[bytes]:
-        env = launch_env(self.launch)
+        env = launch_env(self.launch, self.secrets)
         with contextlib.ExitStack() as files:
             log = files.enter_context(log_path.open("ab"))
             stderr: Any = subprocess.STDOUT

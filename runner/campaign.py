@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ResultsWriteError
-from runner.execute import PhaseResult, RunningPhase, start_phase
+from runner.execute import PhaseResult, RunningPhase, scrub_command_artifacts, start_phase
 from runner.experiments import KINDS
 from runner.experiments.base import ExperimentKind, Phase, TrialContext
 from runner.host_checks import PREFLIGHT_TIMEOUT_S, PROBE_TIMEOUT_S, gather_facts, host_answers
@@ -341,6 +341,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
     if orphans:
         progress.note(f"stopped {len(orphans)} process(es) an earlier, killed run of this folder left behind")
     secrets = secrets or Secrets()
+    scrub_command_artifacts(store.root)  # what a killed run left: before previous/ keeps it for good
     try:
         store.hold_reserve()
         run_info = open_run(loaded, plan, store, argv or [])
@@ -361,7 +362,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
     stop = threading.Event()
     ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory) if follow else None,
                secrets)
-    progress.start(sum(len(t) for t in todo.values()), kept)
+    progress.start(sum(len(t) for t in todo.values()), kept, [(t.id, h) for h, ts in todo.items() for t in ts])
     if todo:
         _warm_report_imports()
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="host")

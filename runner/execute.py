@@ -2,6 +2,11 @@
 
 The only module that imports ``ansible_runner``. An Ansible failure, an unreachable host, a phase
 timeout or a cancel is returned as data (``PhaseResult`` with ``Failure`` records), never raised.
+ansible-runner writes the whole environment it runs ansible-playbook with (the engine's secrets
+included: runner/secrets.py) to ``artifacts/<phase>/command``: its values are dropped the moment
+the file is written, before ansible-playbook starts, and again by :func:`scrub_command_artifacts`
+when a run begins (a runner killed in between). The artefacts get the results folder's modes when
+the phase ends.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,10 +28,12 @@ from typing import Any
 import ansible_runner
 import yaml
 
+from runner.errors import ResultsWriteError
+from runner.files import atomic_write_text, share_tree
 from runner.inventory import InventorySources
 from runner.supervise import LEASE_VARIABLE, reap
 
-__all__ = ["Failure", "PhaseResult", "RunningPhase", "run_phase", "start_phase"]
+__all__ = ["Failure", "PhaseResult", "RunningPhase", "run_phase", "scrub_command_artifacts", "start_phase"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,17 +99,59 @@ def _message_of(res: dict[str, Any]) -> tuple[str, int | None]:
 _ENV_KEPT = ("PATH", "PYTHONPATH", "HOME", "USER", "LANG", "LC_ALL", "PWD", "SHELL", "TERM", LEASE_VARIABLE)
 
 
-def _scrub_command_artifact(artifact_dir: Path) -> None:
-    """ansible-runner dumps the whole environment into ``command``: keep names, drop values."""
-    path = artifact_dir / "command"
+_DROPPED = "***"
+_MAX_COMMAND_BYTES = 16 * 1024 * 1024
+
+
+def _scrub_command_file(path: Path) -> bool:
+    """ansible-runner dumps the whole environment into ``command``: keep names, drop values (a
+    value already dropped stays so). True when it held a value to drop."""
     try:
-        data = json.loads(path.read_text())
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_COMMAND_BYTES:
+            return False
+        data = json.loads(path.read_bytes())
     except (OSError, ValueError):
-        return
-    env = data.get("env")
-    if isinstance(env, dict):
-        data["env"] = {k: (v if k in _ENV_KEPT or k.startswith("ANSIBLE_") else "***") for k, v in env.items()}
-        path.write_text(json.dumps(data))
+        return False
+    env = data.get("env") if isinstance(data, dict) else None
+    if not isinstance(env, dict):
+        return False
+    scrubbed = {k: (v if k in _ENV_KEPT or str(k).startswith("ANSIBLE_") else _DROPPED) for k, v in env.items()}
+    if scrubbed == env:
+        return False
+    data["env"] = scrubbed
+    try:
+        atomic_write_text(path, json.dumps(data))
+    except ResultsWriteError:  # a full disk: the file is scrubbed again when the run resumes
+        logger.warning("could not rewrite %s without its environment's values", path)
+        return False
+    return True
+
+
+def _scrub_command_artifact(artifact_dir: Path) -> None:
+    _scrub_command_file(artifact_dir / "command")
+
+
+# Where a results folder keeps ansible-runner's private data dirs: trials/<id>/ansible, previous/<id>.<stamp>/ansible,
+# hosts/<host>/ansible (the facts) and hosts/<host>/probe (the liveness probe).
+_PRIVATE_DATA_DIRS = ("trials/*/ansible", "previous/*/ansible", "hosts/*/ansible", "hosts/*/probe")
+
+
+def scrub_command_artifacts(root: Path) -> list[Path]:
+    """Drop the environment's values from every ``command`` artifact of the results folder ``root``:
+    what a runner killed while a phase ran (or an older runner) left behind. The files it changed."""
+    changed = []
+    for pattern in _PRIVATE_DATA_DIRS:
+        for path in root.glob(f"{pattern}/artifacts/*/command"):
+            if _scrub_command_file(path):
+                changed.append(path)
+    return changed
+
+
+def _on_status(data: dict[str, Any], runner_config: Any = None) -> None:
+    """ansible-runner's status handler: "running" comes right after it wrote ``command`` and before
+    it starts ansible-playbook, so the environment's values are gone before the playbook's first task."""
+    if data.get("status") == "running" and runner_config is not None:
+        _scrub_command_artifact(Path(runner_config.artifact_dir))
 
 
 class _UnsafeDumper(yaml.SafeDumper):
@@ -202,7 +252,8 @@ class RunningPhase:
             # without this their task (and what it started) runs on, orphaned, for the task's length.
             reap(self.lease, exact=True)
         artifact_dir = Path(r.config.artifact_dir)
-        _scrub_command_artifact(artifact_dir)
+        _scrub_command_artifact(artifact_dir)  # already done at its start: a guard
+        share_tree(artifact_dir.parent.parent)  # the private data dir: shared as the results folder is
         status = str(r.status)
         failures = list(self.failures)
         if status == "timeout":
@@ -235,7 +286,9 @@ def start_phase(
     """Start ``playbook`` against ``limit`` in the background; ``wait()`` on the result.
 
     ``lease`` marks every process of the run (ansible-playbook, its forked workers, which leave its
-    process group, and what they start on a local connection), so ``supervise.reap`` finds them."""
+    process group, and what they start on a local connection), so ``supervise.reap`` finds them; a
+    run given none gets one of its own, so a cancel or a timeout still stops all of it."""
+    lease = lease or f"phase:{os.getpid()}:{uuid.uuid4().hex}"
     private_data_dir.mkdir(parents=True, exist_ok=True)
     write_extravars(private_data_dir, extravars)
     running = RunningPhase(phase, limit, timeout_s, lease, time.time())
@@ -248,7 +301,7 @@ def start_phase(
         inventory=list(inventory.sources), limit=limit, ident=phase, quiet=True,
         envvars={**_envvars(project_dir, lease), **inventory.ansible_env()},
         timeout=max(1, round(timeout_s)), event_handler=lambda event: running.on_event(event, on_task),
-        cancel_callback=cancel,
+        cancel_callback=cancel, status_handler=_on_status,
     )
 
     def run() -> None:

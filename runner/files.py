@@ -3,13 +3,14 @@ mode the umask gives (results are shared; mkstemp's 0600 is not what a team want
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
 
 from runner.errors import ResultsWriteError
 
-__all__ = ["atomic_write_text"]
+__all__ = ["atomic_write_text", "share_tree"]
 
 
 def _umask() -> int:
@@ -45,3 +46,16 @@ def atomic_write_text(path: Path, text: str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def share_tree(root: Path) -> None:
+    """Give every folder and regular file under ``root`` (itself included) the mode the umask gives,
+    as the rest of the results folder has: ansible-runner makes its artefacts 0700/0600. Symlinks
+    are left alone; a file that vanished meanwhile is skipped."""
+    umask = _umask()
+    for folder, _, files in os.walk(root):
+        here = Path(folder)
+        for path, mode in ((here, 0o777), *((here / name, 0o666) for name in files)):
+            with contextlib.suppress(OSError):
+                if not path.is_symlink():
+                    path.chmod(mode & ~umask)

@@ -5,14 +5,18 @@
 
 Times say what they measure: ``elapsed`` is the time since the trial started, ``measure for 4.2 s``
 the time spent in the current phase, and a plain log line says "phase measure starts at 4.2 s into
-the trial (prepare took 3.9 s)".
+the trial (prepare took 3.9 s)". The live table never cuts a trial id (it wraps one wider than the
+console; the host column, which the id already names, goes first), and its caption estimates the
+time left (:class:`Eta`) from this run's finished trials.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,13 +27,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["PlainProgress", "Progress", "QuietProgress", "RichProgress", "clock"]
+__all__ = ["Eta", "PlainProgress", "Progress", "QuietProgress", "RichProgress", "clock"]
 
 logger = logging.getLogger("runner.progress")
 
 
 class Progress(Protocol):
-    def start(self, total: int, kept: int) -> None: ...
+    def start(self, total: int, kept: int, planned: Sequence[tuple[str, str]] = ()) -> None: ...
     def trial_started(self, trial_id: str, host: str) -> None: ...
     def phase(self, trial_id: str, phase: str) -> None: ...
     def task(self, trial_id: str, task: str) -> None: ...
@@ -50,6 +54,49 @@ class _Running:
     line: str = ""
 
 
+_KIND_MODE = re.compile(r"^(?P<key>.+)\.r\d+@")
+
+
+class Eta:
+    """The time left, from this run's finished trials: each kind and mode (a trial id's
+    ``<experiment>.<mode>`` before ``.r<n>@<host>``) takes what its finished trials took on average
+    (one with none yet, what every finished trial took); a host works through its trials one after
+    the other, hosts side by side, so the time left is the longest host's. None before any trial
+    finished."""
+
+    def __init__(self, planned: Sequence[tuple[str, str]] = ()) -> None:
+        self.waiting: dict[str, str] = dict(planned)  # trial id -> host, not started yet
+        self.took: dict[str, list[float]] = {}
+
+    @staticmethod
+    def key(trial_id: str) -> str:
+        match = _KIND_MODE.match(trial_id)
+        return match.group("key") if match else trial_id
+
+    def finished(self, trial_id: str, seconds: float) -> None:
+        self.waiting.pop(trial_id, None)
+        if seconds > 0:  # a trial not tried (its host was lost) says nothing about the others
+            self.took.setdefault(self.key(trial_id), []).append(seconds)
+
+    def _expected(self, trial_id: str, overall: float) -> float:
+        took = self.took.get(self.key(trial_id))
+        return sum(took) / len(took) if took else overall
+
+    def seconds_left(self, running: dict[str, tuple[str, float]]) -> float | None:
+        """``running``: trial id -> (host, seconds since it started)."""
+        every = [s for took in self.took.values() for s in took]
+        if not every:
+            return None
+        overall = sum(every) / len(every)
+        per_host: dict[str, float] = {}
+        for trial_id, (host, elapsed) in running.items():
+            per_host[host] = per_host.get(host, 0.0) + max(0.0, self._expected(trial_id, overall) - elapsed)
+        for trial_id, host in self.waiting.items():
+            if trial_id not in running:
+                per_host[host] = per_host.get(host, 0.0) + self._expected(trial_id, overall)
+        return max(per_host.values(), default=0.0)
+
+
 @dataclass
 class _State:
     total: int = 0
@@ -58,6 +105,7 @@ class _State:
     counts: dict[str, int] = field(default_factory=dict)
     running: dict[str, _Running] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    eta: Eta = field(default_factory=Eta)
 
     def begin(self, trial_id: str, host: str) -> int:
         with self.lock:
@@ -77,11 +125,16 @@ class _State:
             r.phase, r.phase_started, r.task, r.line = phase, now, "", ""
             return r, left[0], left[1]
 
-    def end(self, trial_id: str, status: str) -> _Running | None:
+    def end(self, trial_id: str, status: str, seconds: float = 0.0) -> _Running | None:
         with self.lock:
             self.done += 1
             self.counts[status] = self.counts.get(status, 0) + 1
+            self.eta.finished(trial_id, seconds)
             return self.running.pop(trial_id, None)
+
+    def seconds_left(self, now: float) -> float | None:
+        with self.lock:
+            return self.eta.seconds_left({t: (r.host, now - r.started) for t, r in self.running.items()})
 
 
 class QuietProgress:
@@ -90,8 +143,10 @@ class QuietProgress:
     def __init__(self) -> None:
         self.state = _State()
 
-    def start(self, total: int, kept: int) -> None:
+    def start(self, total: int, kept: int, planned: Sequence[tuple[str, str]] = ()) -> None:
+        """``planned``: (trial id, host) of every trial this run will try, for the time left."""
         self.state.total = total
+        self.state.eta = Eta(planned)
 
     def trial_started(self, trial_id: str, host: str) -> None:
         self.state.begin(trial_id, host)
@@ -106,7 +161,7 @@ class QuietProgress:
         pass
 
     def trial_finished(self, trial_id: str, status: str, reason: str, seconds: float) -> None:
-        self.state.end(trial_id, status)
+        self.state.end(trial_id, status, seconds)
 
     def note(self, message: str) -> None:
         pass
@@ -118,8 +173,8 @@ class QuietProgress:
 class PlainProgress(QuietProgress):
     """One line per event through ``logging``: greppable in CI logs."""
 
-    def start(self, total: int, kept: int) -> None:
-        super().start(total, kept)
+    def start(self, total: int, kept: int, planned: Sequence[tuple[str, str]] = ()) -> None:
+        super().start(total, kept, planned)
         logger.info("%d trial(s) to run, %d kept from earlier runs", total, kept)
 
     def trial_started(self, trial_id: str, host: str) -> None:
@@ -135,7 +190,7 @@ class PlainProgress(QuietProgress):
                         phase, r.phase_started - r.started, took)
 
     def trial_finished(self, trial_id: str, status: str, reason: str, seconds: float) -> None:
-        r = self.state.end(trial_id, status)
+        r = self.state.end(trial_id, status, seconds)
         n = r.n if r else self.state.done
         suffix = f": {reason}" if reason else ""
         logger.info("[%d/%d] %s: %s in %.1f s%s", n, self.state.total, trial_id, status, seconds, suffix)
@@ -158,13 +213,14 @@ def clock(seconds: float) -> str:
 _COLUMNS = ("#", "trial", "host", "phase", "elapsed", "now")
 _PADDING = 2  # one space either side of every column
 # How the columns give way to a narrow console, in order (column, narrowest it gets at that step):
-# the live line first, then the host and the trial id, the phase last. "#" and "elapsed" never shrink.
-_SHRINK = (("now", 16), ("host", 16), ("trial", 28), ("now", 0), ("trial", 12), ("host", 4), ("phase", 8),
-           ("trial", 6), ("phase", 0))
+# the live line first, then the host (the trial id ends with it), the phase last. "#" and "elapsed"
+# never shrink; the trial column, narrowed, wraps its ids onto more lines: an id is never cut.
+_SHRINK = (("now", 16), ("host", 0), ("now", 0), ("trial", 28), ("phase", 8), ("trial", 12), ("phase", 0))
 
 
 def fit_widths(natural: dict[str, int], width: int) -> dict[str, int]:
-    """Column widths (without padding) that fit ``width``; a column at 0 is left out."""
+    """Column widths (without padding) that fit ``width``; a column at 0 is left out; the trial
+    column narrower than its natural width wraps its ids."""
     widths = dict(natural)
     for col, floor in _SHRINK:
         excess = sum(w + _PADDING for w in widths.values() if w > 0) - width
@@ -190,6 +246,9 @@ class _Board:
             running = list(s.running.items())
             counts = ", ".join(f"{k} {v}" for k, v in sorted(s.counts.items())) or "none finished yet"
             caption = f"{s.done}/{s.total} done: {counts}"
+        left = s.seconds_left(now)
+        if left is not None and s.done < s.total:
+            caption += f"; about {clock(left)} left"
         rows = [(f"{r.n}/{s.total}", trial_id, r.host,
                  f"{r.phase} for {clock(now - r.phase_started)}" if r.phase else "starting",
                  clock(now - r.started), r.line or r.task) for trial_id, r in running]
@@ -200,7 +259,8 @@ class _Board:
         table = Table(box=None, show_header=True, header_style="bold", expand=False, caption=caption)
         for i in shown:
             col = _COLUMNS[i]
-            table.add_column(col, width=widths[col], no_wrap=True, overflow="ellipsis",
+            whole = col == "trial"  # an id is never cut: it folds onto a second line
+            table.add_column(col, width=widths[col], no_wrap=not whole, overflow="fold" if whole else "ellipsis",
                              justify="right" if col in ("#", "elapsed") else "left")
         for row in rows:
             table.add_row(*(Text(row[i]) for i in shown))
@@ -219,8 +279,8 @@ class RichProgress(QuietProgress):
     def _render(self) -> Any:
         return _Board(self.state)
 
-    def start(self, total: int, kept: int) -> None:
-        super().start(total, kept)
+    def start(self, total: int, kept: int, planned: Sequence[tuple[str, str]] = ()) -> None:
+        super().start(total, kept, planned)
         if kept:
             self.console.print(f"{kept} trial(s) kept from earlier runs")
         self._live.start()
@@ -239,8 +299,7 @@ class RichProgress(QuietProgress):
             r.line = line.strip()
 
     def trial_finished(self, trial_id: str, status: str, reason: str, seconds: float) -> None:
-
-        r = self.state.end(trial_id, status)
+        r = self.state.end(trial_id, status, seconds)
         colour = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(status, "magenta")
         n = f"\\[{r.n}/{self.state.total}] " if r else ""
         suffix = escape(f": {reason}") if reason else ""

@@ -20,7 +20,7 @@ __all__ = ["close_run", "open_run"]
 
 def open_run(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, argv: list[str]) -> dict[str, Any]:
     """Freeze the campaign and its plan, and add this run to ``run.json``; returns run.json's content."""
-    store.write_text("campaign.yaml", loaded.text)
+    store.freeze_campaign(loaded.text, loaded.path)
     store.write_json("plan.json", plan.as_dict())
     run_info = store.read_run() or {"runs": []}
     run_info.update(

@@ -1,18 +1,25 @@
 """Credentials a campaign names but never holds: read from the controller's environment at run
 time, handed to the node outside any file the runner keeps, and scrubbed from every artifact.
 
-A campaign lists names (``engine.env_from_controller: [HF_TOKEN]``); plan.json, trial.json and the
-frozen campaign hold only those names. The values reach ansible-playbook through its inherited
-environment (never its command line or extra vars); the playbooks write them, with ``no_log``,
-to a 0600 file in the node's trial folder that the node tools read and the collect phase
-removes. As a last guard, every text file of a finished trial is scrubbed of the values.
+A campaign lists names (``engine.env_from_controller: [HF_TOKEN]``); plan.json, trial.json, the
+frozen campaign, the planned launch (``secret_env``) and the playbooks' extra vars
+(``exp_secret_names``) hold only those names. The values reach ansible-playbook through its
+inherited environment (never its command line or extra vars). ansible-runner records that
+environment in ``artifacts/<phase>/command``: runner/execute.py drops its values the moment the
+file is written, and again when a run begins. The playbook that starts the engine writes the
+values, with ``no_log``, to a file created 0600 in the node's trial folder
+(playbooks/experiments/tasks/write_secrets.yml); the node program that starts the engine takes
+them from it and removes it (nodetools/secret_env.py), and puts them in the engine's environment
+only; the collect removes the file where no program took it. As a last guard, every file of a
+finished trial is scrubbed of the values, and each file that held one is logged by name (a leak
+to fix, never a value shown).
 
 What counts as a credential is named here too (``is_secret_name``, ``looks_like_credential``), so
 the campaign checks and the ``-e`` reader (a lower layer) hide the same ones in their messages.
 """
-
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -22,6 +29,8 @@ from pathlib import Path
 from runner.errors import SpecError
 
 __all__ = ["REDACTED", "Secrets", "is_secret_name", "looks_like_credential", "shown_name"]
+
+logger = logging.getLogger(__name__)
 
 REDACTED = "***"
 _MIN_LEN = 4  # shorter values would scrub innocent text; a credential is never this short
@@ -110,4 +119,5 @@ class Secrets:
                     data = data.replace(n, REDACTED.encode())
                 path.write_bytes(data)
                 changed.append(path)
+                logger.warning("a secret's value was found in %s: replaced by %s", path, REDACTED)
         return changed

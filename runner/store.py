@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -56,6 +57,23 @@ def _dump(data: Any) -> str:
 def _status_known(record: Any) -> str | None:
     status = record.get("status")
     return None if status in set(TrialStatus) else f"status is {str(status)[:40]!r}, not a trial status"
+
+_MODELINE = re.compile(r"^(#\s*yaml-language-server:\s*\$schema=)(\S+)[ \t]*$", re.MULTILINE)
+
+
+def _modeline_from(text: str, source_dir: Path, copy_dir: Path) -> str:
+    """An editor's schema modeline with a relative path, rewritten for a copy in ``copy_dir``."""
+
+    def rewrite(match: re.Match[str]) -> str:
+        target = match.group(2)
+        if "://" in target or target.startswith("/"):
+            return match.group(0)  # a URL or an absolute path reads the same from anywhere
+        schema = (source_dir / target).resolve()
+        if not schema.is_file():
+            return f"# (schema modeline of the original, {target}, not found from this copy)"
+        return match.group(1) + os.path.relpath(schema, copy_dir)
+
+    return _MODELINE.sub(rewrite, text, count=1)
 
 
 class ResultsStore:
@@ -122,6 +140,11 @@ class ResultsStore:
 
     def hosts(self) -> list[str]:
         return list(self.reader.folders("hosts"))
+
+    def freeze_campaign(self, text: str, source: Path) -> Path:
+        """``campaign.yaml``: the campaign file as it ran, its schema modeline pointing at the same
+        schema from here (or, where that schema is not found, a note in its place: one line for one)."""
+        return self.write_text("campaign.yaml", _modeline_from(text, source.resolve().parent, self.root))
 
     # --- trials ------------------------------------------------------------------------------
 

@@ -11,8 +11,12 @@
 #   scripts/test-roles.sh                     every scenario (roles/*/molecule/*)
 #   scripts/test-roles.sh fio raid0_xfs       these roles' scenarios (ROLE or ROLE:SCENARIO)
 #   scripts/test-roles.sh --shell             engine up, a shell in the namespace: run molecule by hand
-# Exit status: 0 when every scenario passed.
+#   scripts/test-roles.sh --shell CMD [ARG...]  engine up, CMD run in the namespace, from the folder
+#                                             it was called in: in roles/fio,
+#                                             sudo ../../scripts/test-roles.sh --shell molecule test -s default
+# Exit status: 0 when every scenario passed (--shell CMD: CMD's).
 set -euo pipefail
+caller_dir=$PWD
 cd "$(dirname "$0")/.."
 # shellcheck source=tests/roles/lib.sh
 source tests/roles/lib.sh
@@ -25,13 +29,15 @@ MOLECULE_PINS=(molecule==26.10.0 molecule-plugins==26.10.12)
 
 shell=false
 selected=()
-for arg in "$@"; do
-  case $arg in
-    --shell) shell=true ;;
-    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
-    -*) rt_die "unknown option $arg (see --help)" ;;
-    *) selected+=("$arg") ;;
+shell_cmd=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --shell) shell=true; shift; shell_cmd=("$@"); break ;;  # the rest is the command, its options included
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) rt_die "unknown option $1 (see --help)" ;;
+    *) selected+=("$1") ;;
   esac
+  shift
 done
 
 [ "$(id -u)" -eq 0 ] || rt_die "the role tests need root (apt-get, network namespaces, loop devices)"
@@ -141,6 +147,14 @@ export ANSIBLE_CALLBACKS_ENABLED=${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.time
 # Ansible's ssh ControlMaster sockets are named after address and port, and the next scenario's
 # container may get the address of the last one: one socket folder per scenario, so a dead
 # container's master connection is never reused.
+if $shell && [ ${#shell_cmd[@]} -gt 0 ]; then
+  rt_log "in namespace $RT_NETNS, in $caller_dir: ${shell_cmd[*]}"
+  rc=0
+  # shellcheck disable=SC2016  # expanded by the inner shell
+  ANSIBLE_SSH_CONTROL_PATH_DIR=$RT_RUN/ssh/shell rt_in_netns bash -c 'cd "$1" && shift && exec "$@"' _ \
+    "$caller_dir" "${shell_cmd[@]}" || rc=$?
+  exit $rc
+fi
 if $shell; then
   rt_log "a shell in namespace $RT_NETNS; e.g. cd roles/fio && molecule converge; exit to stop everything"
   ANSIBLE_SSH_CONTROL_PATH_DIR=$RT_RUN/ssh/shell rt_in_netns bash -i || true

@@ -5,7 +5,9 @@ cold-start timer does), starts every engine copy with ``nodetools.coldstart``'s 
 process group, ``engine.pgid``, the group in the lease), waits for each to answer, snapshots
 ``/metrics``, drives the multi-turn load (``nodetools.loadgen``) while watching the engines,
 snapshots ``/metrics`` again, runs the quality check, and stops every copy; ``run.json`` says what
-happened. Copy 0 logs to ``WORKDIR/server.log``, copy i to ``WORKDIR/copy<i>/server.log``.
+happened. Copy 0 logs to ``WORKDIR/server.log``, copy i to ``WORKDIR/copy<i>/server.log``. The
+secrets the copies' launches name (``secret_env``) are taken first from ``WORKDIR/secrets.json``,
+which is removed (:mod:`nodetools.secret_env`), and go into the engines' environments only.
 
 Exit codes (nodetools.exitcodes): 0 ok; 2 bad input; 3 an engine exited (before it answered, or
 during the run); 4 not ready in time, the load stopped at its wall-time cap, or stopped by
@@ -34,6 +36,7 @@ from nodetools.loadgen.workload import QualitySpec, Workload, known_fields
 from nodetools.model_shapes import engine_model_dir, read_kv_bytes_per_token
 from nodetools.offload.layout import copy_dir
 from nodetools.proc import group_io, interrupt_on_term, write_json_atomic
+from nodetools.secret_env import SecretsError, secret_names, take_secrets
 from nodetools.timer import Timer
 
 __all__ = ["RunOptions", "quality_spec", "ready_timeout", "run_trial"]
@@ -100,13 +103,14 @@ class _Run:
     out: dict[str, Any] = field(default_factory=lambda: {"copies": [], "errors": []})
     died: str | None = None
     claim: Claim | None = None  # the port locks and the lease every copy's group goes into
+    secrets: dict[str, str] = field(default_factory=dict)  # what the copies' secret_env names (secret_env)
 
     def start(self) -> int:
         for i, spec in enumerate(self.launch["copies"]):
             log_dir = copy_dir(self.workdir, i)
             log_dir.mkdir(parents=True, exist_ok=True)
             timer = Timer(spec, log_dir / "server.log", self.poll_s, self.timeout_s)
-            timer.claim = self.claim
+            timer.claim, timer.secrets = self.claim, self.secrets
             self.timers.append(timer)
             timer.start()  # all copies start together, as a node's replicas would
         for i, timer in enumerate(self.timers):
@@ -182,6 +186,10 @@ def run_trial(opts: RunOptions) -> int:
         workload = Workload(**known_fields(Workload, json.loads(opts.load)))
         quality = quality_spec(opts.quality)
         ports = [int(spec["port"]) for spec in launch["copies"]]
+        secrets = take_secrets(opts.workdir, secret_names(launch["copies"]))
+    except SecretsError as exc:
+        _err(f"offload_run: {exc}")
+        return exitcodes.BAD_INPUT
     except (OSError, ValueError, KeyError, TypeError) as exc:
         _err(f"offload_run: bad input: {exc}")
         return exitcodes.BAD_INPUT
@@ -189,7 +197,7 @@ def run_trial(opts: RunOptions) -> int:
     try:
         with claim("offload_run run", opts.trial or default_trial(opts.workdir), opts.workdir, ports, opts.lease_dir,
                    opts.lock_dir) as held:
-            run = _Run(launch, opts.workdir, opts.poll_s, timeout_s, claim=held)
+            run = _Run(launch, opts.workdir, opts.poll_s, timeout_s, claim=held, secrets=secrets)
             return _run_claimed(run, opts, workload, quality)
     except PortBusy as exc:
         _err(f"offload_run: {exc}")

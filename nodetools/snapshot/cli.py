@@ -19,6 +19,7 @@ from nodetools import exitcodes
 from nodetools.gpu import gpu_list
 from nodetools.lease import PortBusy, add_claim_options, claim, default_trial
 from nodetools.proc import interrupt_on_term, write_json_atomic
+from nodetools.secret_env import SecretsError, take_secrets
 from nodetools.snapshot.criu_mode import CriuRun
 from nodetools.snapshot.criu_node import DEFAULT_FLAGS, NETWORK_LOCKS
 from nodetools.snapshot.cuda_checkpoint_mode import CudaCheckpointRun
@@ -121,6 +122,11 @@ def _main_measure(argv: list[str]) -> int:
         sys.stderr.write(f"snapshot: bad --launch {args.launch}: {exc}\n")
         return exitcodes.BAD_INPUT
     workdir = args.log.parent
+    try:
+        run.timer.secrets = take_secrets(workdir, launch.get("secret_env") or [])
+    except SecretsError as exc:
+        sys.stderr.write(f"snapshot: {exc}\n")
+        return exitcodes.BAD_INPUT
     try:
         with claim(f"snapshot measure {args.mode}", args.trial or default_trial(workdir), workdir, [run.timer.port],
                    args.lease_dir, args.lock_dir) as held:

@@ -36,7 +36,7 @@ class VllmSnapshotRun(EngineRun):
             self.out["error"] = why
             return exitcodes.BAD_INPUT
         model, flags = rest[0], rest[1:]
-        env = {**launch_env(launch), "HF_HUB_OFFLINE": "1"}
+        env = {**launch_env(launch, self.timer.secrets), "HF_HUB_OFFLINE": "1"}
         if self.args.libdir:
             env["CRIU_CUDA_PLUGIN_DIR"] = self.args.libdir
         self.out["cuda_checkpoint_tool"] = cuda_tool.identify(cuda_tool.PLUGIN_RUNS)

@@ -132,6 +132,8 @@ def engine_launch(engine: Mapping[str, Any], name: str, cache_root: str | None =
         docker += ["-v", f"{model}:{model}:ro"]
     for key, value in sorted(env.items()):
         docker += ["-e", f"{key}={value}"]
+    for secret in sorted(engine.get("env_from_controller") or []):  # by name: docker takes the value
+        docker += ["-e", str(secret)]                                # from its own environment
     # The stock image's entrypoint is `vllm serve`: the model and flags follow the image.
     argv = [*docker, str(engine["image"]), model, *flags]
     return {"argv": argv, "env": {}, "stop_argv": ["docker", "stop", "--time", "30", name], "container": name,

@@ -1,5 +1,7 @@
-"""A campaign across two real SSH hosts through real ansible-runner: lost host, resume, Ctrl-C, and
-what an engine trial's collect phase brings back, over SSH and on a local connection."""
+"""A campaign across two real SSH hosts through real ansible-runner: lost host, resume, Ctrl-C,
+what an engine trial's collect phase brings back, over SSH and on a local connection, and the
+engine's secrets: in the engine's environment on the node, in no file of the results or the node,
+not even while a phase runs or after the runner was killed."""
 
 from __future__ import annotations
 
@@ -11,12 +13,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from runner.cli import main
 from tests.support.sshd_hosts import SshHostSet
@@ -149,7 +154,8 @@ def test_sigint_cancels_running_phases_and_loses_nothing(ssh_inventory: Path, tm
     assert second["selftest.sleep.r1@h1"]["started"] == first["selftest.sleep.r1@h1"]["started"]
 
 
-def engine_campaign(tmp_path: Path, inventory: Path, host: str) -> Path:
+def engine_campaign(tmp_path: Path, inventory: Path, host: str, modes: str = "[disk_cold, runai_streamer]",
+                    engine_extra: str = "") -> Path:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -168,9 +174,9 @@ engine:
   cache_root: {tmp_path / 'cache'}
   args: {{max-model-len: 8192}}
   env: {{STANDIN_COMPILE_MISS_S: "0.2", STANDIN_JIT_MISS_S: "0.1", STANDIN_GRAPH_CAPTURE_S: "0.1"}}
-experiments:
+{engine_extra}experiments:
   - kind: startup
-    modes: [disk_cold, runai_streamer]
+    modes: {modes}
     timeout_s: 180
 """)
     return path
@@ -219,3 +225,131 @@ def _job_events(trial: Path) -> list[dict]:
 def _created(event: dict) -> float:
     """An ansible-runner event's time (UTC, ISO 8601 without a zone) as epoch seconds."""
     return datetime.fromisoformat(event["created"]).replace(tzinfo=UTC).timestamp()
+
+
+def files_holding(root: Path, *values: str) -> list[str]:
+    """Every file under ``root`` (symlinks aside) whose bytes hold one of ``values``."""
+    needles = [v.encode() for v in values]
+    return [str(p) for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+            and any(n in p.read_bytes() for n in needles)]
+
+
+def this_checkouts_python(tmp_path: Path) -> Path:
+    """The node's Python with this checkout's nodetools: an SSH session does not inherit the
+    runner's PYTHONPATH, and an editable install may name another checkout."""
+    path = tmp_path / "node-python"
+    path.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
+class EnvironWatch(threading.Thread):
+    """Reads /proc while a campaign runs (the sshd hosts' processes are this machine's): the
+    environment of every node tool and engine whose command line holds ``marker`` (a folder of
+    this test's: other tests on the machine start stand-ins too), and every ``command`` artifact
+    under ``results`` once its playbook runs (its first event is written), so a value seen there
+    while a phase runs, even for a moment, is caught. (Before that, for the instant between
+    ansible-runner writing the file, 0600 in a 0700 folder, and the runner's status handler
+    rewriting it, the file holds the environment: what the resume's sweep is for.)"""
+
+    def __init__(self, marker: bytes, results: Path, name: str, value: str) -> None:
+        super().__init__(daemon=True)
+        self.marker, self.results, self.key = marker, results, f"{name}=".encode()
+        self.value = value.encode()
+        self.environs: dict[str, set[bytes | None]] = {}  # a command line's first words -> values seen
+        self.commands_with_value: set[str] = set()
+        self.stop = threading.Event()
+
+    def look(self) -> None:
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+                if self.marker not in cmdline or b"nodetools." not in cmdline:
+                    continue
+                environ = (proc / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if environ == [b""]:  # it exited between the two reads: its memory, environment included, is gone
+                continue
+            what = b" ".join(cmdline.split(b"\0")[1:4]).decode(errors="replace")
+            found = next((e[len(self.key):] for e in environ if e.startswith(self.key)), None)
+            self.environs.setdefault(what, set()).add(found)
+        for command in self.results.glob("trials/*/ansible/artifacts/*/command"):
+            try:
+                if next((command.parent / "job_events").iterdir(), None) and self.value in command.read_bytes():
+                    self.commands_with_value.add(str(command))
+            except OSError:
+                continue
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.look()
+            time.sleep(0.02)
+
+
+def test_the_engine_gets_its_secret_over_ssh_and_no_file_keeps_it(
+        ssh_inventory: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    secret = f"hf_ssh-{uuid.uuid4().hex}"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    path = engine_campaign(tmp_path, ssh_inventory, "h1", modes="[disk_cold]",
+                           engine_extra="  env_from_controller: [HF_TOKEN]\n")
+    path.write_text(path.read_text() + f"node_python: {this_checkouts_python(tmp_path)}\n")
+    port = yaml.safe_load(path.read_text())["engine"]["port"]
+    results, node = tmp_path / "results", tmp_path / "remote"
+    watch = EnvironWatch(str(tmp_path).encode(), results, "HF_TOKEN", secret)
+    watch.start()
+    try:
+        assert main([str(path), "--quiet", "--results", str(results)]) == 0
+    finally:
+        watch.stop.set()
+        watch.join()
+    # Over SSH the session's environment is sshd's, not the runner's: the value can only have come
+    # through the trial's secrets file, into the engine (the stand-in's serve) and nothing else.
+    engine = [what for what in watch.environs if "nodetools.standin serve" in what]
+    assert engine and all(watch.environs[what] == {secret.encode()} for what in engine), watch.environs
+    assert str(port) in (node / "collect-drill/h1/startup.disk_cold.r1@h1/launch.json").read_text()
+    tools = [what for what in watch.environs if "nodetools.coldstart" in what]
+    assert tools and all(watch.environs[what] == {None} for what in tools), watch.environs
+    assert watch.commands_with_value == set()  # not even while the phase ran
+    assert files_holding(results, secret) == [] and files_holding(node, secret) == []
+    assert not list(node.rglob("secrets.json"))
+    # Nothing was there for the last guard to scrub: no value ever reached a file of the trial.
+    assert not [r for r in caplog.records if "a secret's value was found" in r.getMessage()]
+
+
+def test_a_killed_runner_leaves_no_value_in_its_artefacts_and_a_resume_keeps_none(
+        ssh_inventory: Path, tmp_path: Path) -> None:
+    secret, other = f"hf_kill-{uuid.uuid4().hex}", f"pw_kill-{uuid.uuid4().hex}"
+    path = campaign(tmp_path, seconds=6, repeats=1)
+    path.write_text(path.read_text().replace("experiments:", f"""\
+engine:
+  kind: stand-in
+  model: {tmp_path / 'model'}
+  env_from_controller: [HF_TOKEN]
+experiments:"""))
+    results = tmp_path / "results"
+    env = {**os.environ, "HF_TOKEN": secret, "DB_PASSWORD": other,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    runner = subprocess.Popen([sys.executable, "-m", "runner", str(path), "--plain", "--results", str(results)],
+                              cwd=REPO, env=env, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = results / "trials/selftest.sleep.r1@h1/ansible/artifacts/run/command"
+    try:
+        wait_for(lambda: status_of(results, "selftest.sleep.r1@h1") == "running" and command.exists(), 120,
+                 "a running phase")
+        time.sleep(1.0)  # well inside the 6 s task
+        assert files_holding(results, secret, other) == []  # while it runs
+        runner.kill()  # SIGKILL: no cleanup of its own runs
+        runner.wait()
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert files_holding(results, secret, other) == []
+    resumed = subprocess.run([sys.executable, "-m", "runner", str(path), "--plain", "--results", str(results)],
+                             cwd=REPO, env=env, text=True, capture_output=True, timeout=240, check=False)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    kept = list((results / "previous").glob("selftest.sleep.r1@h1.*/ansible/artifacts/run/command"))
+    assert kept  # the killed attempt, kept, without the values
+    assert files_holding(results, secret, other) == []
+    assert secret not in resumed.stdout + resumed.stderr

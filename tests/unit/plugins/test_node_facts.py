@@ -170,8 +170,12 @@ def test_the_project_ansible_cfg_finds_the_module_and_its_module_utils(tmp_path:
 def test_dest_writes_the_facts_once_and_never_in_check_mode(tmp_path: Path) -> None:
     # The collect of a trial writes facts_after.json with the module itself (one task, not two).
     dest = tmp_path / "trial" / "facts_after.json"  # a skipped trial made no folder
+    # Every fact from the fixtures, none from this machine: the live /dev/shm (its used bytes, its
+    # vllm_offload_* files) changes whenever another test or program writes there, and then the
+    # third run rightly reports a change (it failed 2 runs in 6 so). No statvfs of the mounts either.
     args = {"procfs_root": str(PROCFS), "sysfs_root": str(SYSFS), "mount_timeout": 0,
-            "nvidia_smi_path": str(tmp_path / "no-nvidia-smi"), "dest": str(dest)}
+            "shm_path": str(tmp_path / "no-shm"), "nvidia_smi_path": str(tmp_path / "no-nvidia-smi"),
+            "dest": str(dest)}
     checked = _run_playbook(tmp_path, args, check=True)
     assert checked["changed"] is True and not dest.exists()  # it would write, and did not
     written = _run_playbook(tmp_path, args)
@@ -179,3 +183,8 @@ def test_dest_writes_the_facts_once_and_never_in_check_mode(tmp_path: Path) -> N
     assert json.loads(dest.read_text()) == written["node_facts"]
     assert oct(dest.stat().st_mode & 0o777) == "0o644"
     assert _run_playbook(tmp_path, args)["changed"] is False  # same facts, same file
+    shm = tmp_path / "shm"  # a fact that changes (an offload buffer appears): written again
+    (shm / "vllm_offload_0").parent.mkdir()
+    (shm / "vllm_offload_0").write_bytes(b"kv")
+    again = _run_playbook(tmp_path, {**args, "shm_path": str(shm)})
+    assert again["changed"] is True and json.loads(dest.read_text())["shm"]["vllm_offload_bytes"] == 2

@@ -3,6 +3,10 @@
 Real ansible-runner runs of a two-task playbook with the project's ansible.cfg: the first task is
 the wait, the second stands for the trial's node work (it writes a marker file). The marker must
 appear only after ``go``: never after ``cancel``, never when the process holding the turn dies.
+Nothing a run started outlives its test: each run has a lease (execute.start_phase gives one to a
+run started without), a stopped run is reaped by it, and every test checks so at its end. A test
+lets a run go only once ansible-playbook has reached its wait (the task has started), never after a
+fixed sleep: under load it took longer than 3 s, and its wait was then shown as the trial's task.
 """
 
 from __future__ import annotations
@@ -11,10 +15,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from runner.execute import start_phase
 from runner.overlap import EarlyRun, Turn
+from runner.supervise import reap
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -31,7 +39,33 @@ PLAYBOOK = """\
 """
 
 
-def _early(tmp_path: Path, turn: Turn | None = None, playbook: str = PLAYBOOK) -> tuple[EarlyRun, Path, list[str]]:
+_LEASES: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _nothing_outlives_the_test() -> Iterator[None]:
+    """Every process of the test's runs is gone at its end (a leftover is stopped, and fails it)."""
+    yield
+    leases, _LEASES[:] = list(_LEASES), []
+    left = {lease: reap(lease, exact=True) for lease in leases}
+    assert not any(left.values()), f"processes outlived their run: {left}"
+
+
+WAIT_TASK = "Wait for the previous trial on this node to end"
+
+
+class Started(list[str]):
+    """Every task the run started, as ansible-runner reported it (before the turn too)."""
+
+    def wait_for(self, name: str, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while name not in self:
+            assert time.monotonic() < deadline, f"task {name!r} never started"
+            time.sleep(0.05)
+
+
+def _early(tmp_path: Path, turn: Turn | None = None,
+           playbook: str = PLAYBOOK) -> tuple[EarlyRun, Path, list[str], Started]:
     (tmp_path / "play.yml").write_text(playbook)
     (tmp_path / "inventory").write_text("localhost ansible_connection=local "
                                         f"ansible_python_interpreter={sys.executable}\n")
@@ -40,24 +74,34 @@ def _early(tmp_path: Path, turn: Turn | None = None, playbook: str = PLAYBOOK) -
     early = EarlyRun("t.r1@localhost", trial_dir, turn or Turn(turn_file))
     marker = tmp_path / "node-work-done"
     tasks: list[str] = []
+    started = Started()
+
+    def on_task(name: str) -> None:
+        started.append(name)
+        early.task(name)
+
     early.running = start_phase(
         phase="trial", playbook=tmp_path / "play.yml", project_dir=REPO, private_data_dir=trial_dir / "ansible",
         inventory=tmp_path / "inventory", limit="localhost",
         extravars={"exp_turn_file": str(turn_file), "exp_turn_timeout_s": 60, "marker": str(marker)},
-        timeout_s=120, cancel=early.aborted.is_set, on_task=early.task)
-    return early, marker, tasks
+        timeout_s=120, cancel=early.aborted.is_set, on_task=on_task)
+    assert early.running.lease  # given one, though the test passed none: what a stop reaps by
+    _LEASES.append(early.running.lease)
+    return early, marker, tasks, started
 
 
 def test_the_run_waits_for_go_then_does_its_work(tmp_path: Path) -> None:
-    early, marker, tasks = _early(tmp_path)
-    time.sleep(3.0)  # long enough for ansible-playbook to start and block on the turn
+    early, marker, tasks, started = _early(tmp_path)
+    started.wait_for(WAIT_TASK)
+    time.sleep(max(0.0, early.started + 3.0 - time.time()))  # it waits, blocked on the turn
     assert not marker.exists()
+    went = time.time()
     early.go(tasks.append)
     result = early.wait()
     assert result.ok, result.failures
     assert marker.exists()
     assert tasks == ["The trial's node work"]  # nothing shown before the turn
-    assert 2.9 < early.waited_s() < 10
+    assert early.waited_s() > 2.9 and abs(early.waited_s() - (went - early.started)) < 0.5
     assert (tmp_path / "trial/ansible/turn").read_text().strip() == "go"
 
 
@@ -66,28 +110,28 @@ def test_a_run_let_go_before_its_trial_runs_then_hands_its_tasks_over_in_order_a
     # The trial before it has left the node (Phase.turn_from) but is still being recorded: the run
     # goes on, its tasks are held for its trial's display, and a failure of the trial before it
     # stops it (it ran on the node: its folder stays for the next run to repeat).
-    early, marker, tasks = _early(tmp_path, playbook=PLAYBOOK + """\
+    early, marker, tasks, started = _early(tmp_path, playbook=PLAYBOOK + """\
     - name: The trial's long node work
       ansible.builtin.command:
         argv: [sleep, "60"]
 """)
-    time.sleep(3.0)  # ansible-playbook blocks on the turn
+    started.wait_for(WAIT_TASK)  # ansible-playbook blocks on the turn
     early.let_go()
     deadline = time.monotonic() + 30
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert marker.exists()  # its node work ran before its trial called go()
-    time.sleep(1.0)
+    started.wait_for("The trial's long node work")
     early.go(tasks.append)
     assert tasks == ["The trial's node work", "The trial's long node work"]
-    started = time.monotonic()
+    stopping = time.monotonic()
     result = early.cancel()
-    assert result is not None and result.status == "canceled" and time.monotonic() - started < 30
+    assert result is not None and result.status == "canceled" and time.monotonic() - stopping < 30
     assert (tmp_path / "trial").is_dir() and (tmp_path / "trial/ansible/turn").read_text().strip() == "go"
 
 
 def test_a_cancelled_turn_fails_before_any_node_work_and_leaves_no_folder(tmp_path: Path) -> None:
-    early, marker, _ = _early(tmp_path)
+    early, marker, _, _ = _early(tmp_path)
     time.sleep(1.0)
     result = early.cancel()
     assert result is not None and result.status == "failed"
@@ -110,7 +154,7 @@ def test_a_runner_that_dies_holding_the_turn_lets_no_node_work_happen(tmp_path: 
             def __init__(self, path: Path) -> None:
                 self.path, self._fd = path, None
 
-        early, marker, _ = _early(tmp_path, Borrowed(turn_file))
+        early, marker, _, _ = _early(tmp_path, Borrowed(turn_file))
         time.sleep(1.0)
         holder.send_signal(signal.SIGKILL)
         result = early.wait()

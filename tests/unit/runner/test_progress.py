@@ -1,5 +1,6 @@
-"""The live display: the elapsed time is always whole, whatever the width and the ids; times say
-whether they are an offset into the trial or a duration."""
+"""The live display: the elapsed time and the trial ids are always whole, whatever the width (an id
+wider than its column wraps, never cut); times say whether they are an offset into the trial or a
+duration; the caption says about how long is left."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import pytest
 from rich.console import Console
 
-from runner.progress import PlainProgress, RichProgress, clock, fit_widths
+from runner.progress import Eta, PlainProgress, RichProgress, clock, fit_widths
 
 LONG_ID = "startup_long_experiment_name.page_cache_warm_with_a_long_suffix.r12@gpu-node-with-a-long-hostname-01"
 LONG_HOST = "gpu-node-with-a-long-hostname-01"
@@ -50,6 +51,70 @@ def test_wide_console_shows_everything_and_no_markup_is_read_from_a_log_line() -
     lines = render(400)
     row = next(line for line in lines if "1/12" in line)
     assert LONG_ID in row and LONG_HOST in row and "[bold]not markup[/bold]" in row
+
+
+def trial_column(lines: list[str], first_row: str) -> str:
+    """The trial column's text of the row starting at ``first_row``, its wrapped lines joined."""
+    header = next(line for line in lines if "elapsed" in line)
+    start = header.index("trial")
+    end = min(i for i in (header.find(c, start + 5) for c in (" host", " phase", " elapsed")) if i > 0)
+    at = lines.index(first_row)
+    pieces = [lines[at][start:end].strip()]
+    for line in lines[at + 1:]:
+        if line[:start].strip():  # the next row (or the caption)
+            break
+        pieces.append(line[start:end].strip())
+    return "".join(pieces)
+
+
+@pytest.mark.parametrize("width", [120, 80, 60])
+def test_trial_ids_are_never_cut(width: int) -> None:
+    lines = render(width)
+    assert all(len(line) <= width for line in lines)
+    assert trial_column(lines, next(line for line in lines if "1/12" in line)) == LONG_ID  # wrapped, whole
+
+
+def test_the_id_of_the_issue_fits_on_one_line_at_80_columns() -> None:
+    console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
+    progress = RichProgress(console=console)
+    progress.start(3, 0)
+    progress.stop()
+    progress.trial_started("startup.first_start.r1@localhost", "localhost")
+    progress.phase("startup.first_start.r1@localhost", "trial")
+    progress.log_line("startup.first_start.r1@localhost", "INFO 05-20 10:00:01 [core.py:114] Initializing a V1 LLM")
+    console.print(progress._render())
+    row = next(line for line in console.export_text().splitlines() if "1/3" in line)
+    assert "startup.first_start.r1@localhost" in row and "trial for" in row
+
+
+def test_the_time_left_comes_from_the_finished_trials_of_each_kind_and_mode() -> None:
+    planned = [("startup.cold.r1@a", "a"), ("startup.cold.r2@a", "a"), ("startup.warm.r1@a", "a"),
+               ("startup.cold.r1@b", "b"), ("offload.x.r1@b", "b")]
+    eta = Eta(planned)
+    assert eta.seconds_left({}) is None  # nothing finished: no estimate
+    eta.finished("startup.cold.r1@a", 100.0)
+    # a: cold r2 100 + warm (no warm yet: the mean of all, 100); b: cold 100 + offload 100; longest host
+    assert eta.seconds_left({}) == 200.0
+    eta.finished("startup.warm.r1@a", 20.0)
+    eta.finished("startup.cold.r1@b", 0.0)  # not tried: says nothing
+    assert eta.key("startup.warm.r1@a") == "startup.warm" and eta.key("odd") == "odd"
+    # a: cold r2 running for 30 s of its 100; b: offload, unseen: the mean of 100 and 20
+    assert eta.seconds_left({"startup.cold.r2@a": ("a", 30.0)}) == 70.0
+    assert eta.seconds_left({"startup.cold.r2@a": ("a", 30.0), "offload.x.r1@b": ("b", 59.0)}) == 70.0
+    assert eta.seconds_left({"startup.cold.r2@a": ("a", 130.0)}) == 60.0  # over its time: 0, not negative
+
+
+def test_the_caption_says_about_how_long_is_left() -> None:
+    console = Console(width=100, record=True, file=io.StringIO(), color_system=None)
+    progress = RichProgress(console=console)
+    progress.start(3, 0, [("s.m.r1@h", "h"), ("s.m.r2@h", "h"), ("s.m.r3@h", "h")])
+    progress.stop()
+    progress.trial_started("s.m.r1@h", "h")
+    progress.trial_finished("s.m.r1@h", "ok", "", 90.0)
+    progress.trial_started("s.m.r2@h", "h")
+    console.print(progress._render())
+    caption = console.export_text()
+    assert "1/3 done: ok 1; about 3m 00s left" in caption or "1/3 done: ok 1; about 2m 59s left" in caption
 
 
 def test_fit_widths_never_shrinks_the_number_or_the_elapsed_time() -> None:
