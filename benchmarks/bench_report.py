@@ -3,11 +3,13 @@
 Generates a results folder of N startup trials (default 10,000, the most one run may plan: 4
 modes x 250 repeats x 10 hosts), each as the runner leaves it: ``trial.json`` with its metrics, and
 ``raw/<host>/`` with a real vLLM 0.24.0 server log of the H200 (one per mode, hard-linked) and the
-timer's ``timings.json`` for it, so the report collects every trial again from its files as it
-does after a run. Then times ``python -m runner report`` in a fresh process and reads its peak
-resident memory. Targets: 20 s and 500 MiB for 10,000 trials.
+timer's ``timings.json`` for it, and the stamp of the code that collected its metrics
+(``collected_with``), as a run of this tree leaves it: the report then reads the stored metrics. With
+``--recollect`` the stamp is left out (metrics collected by another version of the code), so the
+report collects every trial again from its files. Then times ``python -m runner report`` in a
+fresh process and reads its peak resident memory. Targets: 20 s and 500 MiB for 10,000 trials.
 
-    .venv/bin/python benchmarks/bench_report.py [--trials 10000] [--keep DIR] [--json]
+    .venv/bin/python benchmarks/bench_report.py [--trials 10000] [--recollect] [--keep DIR] [--json]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from runner.experiments.base import TrialContext  # noqa: E402
 from runner.experiments.startup import KIND  # noqa: E402
 from runner.parse.vllm_log import parse_log_file  # noqa: E402
 from runner.plan import expand  # noqa: E402
+from runner.provenance import collect_stamp  # noqa: E402
 from runner.spec import load_campaign  # noqa: E402
 from tests.unit.runner.test_startup_timeline import REAL, timings_for  # noqa: E402
 
@@ -74,7 +77,7 @@ def _mode_files(work: Path) -> dict[str, tuple[Path, Path, dict[str, Any]]]:
     return out
 
 
-def generate(root: Path, trials: int) -> int:
+def generate(root: Path, trials: int, stamp: str | None) -> int:
     work = root.parent / f"{root.name}-inputs"
     work.mkdir(parents=True)
     plan = expand(load_campaign(_campaign(work, trials)))
@@ -94,7 +97,7 @@ def generate(root: Path, trials: int) -> int:
         os.link(timings, raw / "timings.json")
         record = {**trial.as_dict(), "status": "ok", "reason": "", "phases": [], "metrics": metrics,
                   "engine_label": "vllm", "host_facts": None, "started": now, "ended": now + 60,
-                  "duration_s": 60.0}
+                  "duration_s": 60.0, **({"collected_with": stamp} if stamp else {})}
         (folder / "trial.json").write_text(json.dumps(record))
     shutil.rmtree(work)
     return len(chosen)
@@ -122,12 +125,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--keep", type=Path, help="generate the results folder here and keep it")
+    parser.add_argument("--recollect", action="store_true",
+                        help="trials collected by another version of the code: the report collects each again")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp) / "results"
         started = time.monotonic()
-        count = generate(root, args.trials)
+        count = generate(root, args.trials, None if args.recollect else collect_stamp())
         made_s = time.monotonic() - started
         result = {"trials": count, "generated_s": round(made_s, 1), **measure(root),
                   "load_average": round(os.getloadavg()[0], 2), "target_s": TARGET_S, "target_mib": TARGET_MIB}

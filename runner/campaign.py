@@ -30,7 +30,7 @@ from runner.livelog import LogFollower, start_following
 from runner.overlap import EarlyRun, Overlap, Turn, start_early
 from runner.plan import Plan, Trial, node_python
 from runner.progress import Progress
-from runner.provenance import REPO_ROOT
+from runner.provenance import REPO_ROOT, collect_stamp
 from runner.records import TrialRecord, TrialStatus
 from runner.results_reader import ResultsReader
 from runner.run_record import close_run, open_run
@@ -242,6 +242,7 @@ def _run_phases(ctx: _Ctx, trial: Trial, kind: ExperimentKind, trial_dir: Path, 
         status, reason = TrialStatus.OK, ""
         try:
             record["metrics"] = kind.collect(trial_ctx)
+            record["collected_with"] = collect_stamp()
         except Exception as exc:
             logger.exception("collect failed for %s", trial.id)
             status, reason = TrialStatus.FAILED, f"collect: {exc}"

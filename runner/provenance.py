@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -14,7 +15,7 @@ from typing import Any
 
 from runner import __version__
 
-__all__ = ["REPO_ROOT", "git_state", "inventory_digest", "tool_versions"]
+__all__ = ["REPO_ROOT", "collect_stamp", "git_state", "inventory_digest", "tool_versions"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = ("ansible-core", "ansible", "ansible-runner", "pandas", "pydantic", "paramiko", "jinja2")
@@ -85,3 +86,16 @@ def inventory_digest(sources: Sequence[str]) -> dict[str, Any]:
             digest.update(str(f.relative_to(path.parent if path.is_file() else path)).encode())
             digest.update(f.read_bytes())
     return {"path": ", ".join(sources), "files": count, "sha256": digest.hexdigest()}
+
+
+@functools.cache
+def collect_stamp() -> str:
+    """A digest of the code that turns a trial's files into its metrics (the kinds and the parsers):
+    a trial whose metrics carry the same stamp need not be collected again for a report (10,000
+    trials: most of a report's time); any change to that code makes every trial be collected again."""
+    digest = hashlib.sha256(__version__.encode())
+    for folder in ("experiments", "parse"):
+        for path in sorted((REPO_ROOT / "runner" / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(REPO_ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

@@ -55,6 +55,7 @@ class TrialRecord(TypedDict, total=False):
     reason: str  # empty when ok; never empty otherwise
     phases: list[dict[str, Any]]  # execute.PhaseResult.as_dict() per phase run
     metrics: dict[str, Any]  # the kind's collect(); empty unless ok
+    collected_with: str  # provenance.collect_stamp() of the code that collected the metrics
     engine_label: str
     host_facts: dict[str, Any] | None
     started: float

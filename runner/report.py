@@ -26,6 +26,7 @@ from runner.experiments.base import TrialContext
 from runner.files import atomic_write_text
 from runner.markdown import markdown_table
 from runner.overhead import overhead_line
+from runner.provenance import collect_stamp
 from runner.records import TrialRecord
 from runner.store import ResultsStore
 
@@ -45,16 +46,19 @@ SUMMARY_JSON_FORMAT = 1
 
 
 def _load_records(store: ResultsStore) -> dict[str, TrialRecord]:
-    """Every trial record; an ok trial's metrics are collected again from its raw files, so a
-    report rebuilt by a newer version of a parser reflects it. Stored metrics stay where that fails,
+    """Every trial record; an ok trial's metrics are collected again from its raw files unless this
+    very code collected them (``collected_with``, runner/provenance.py), so a report rebuilt by a
+    newer version of a parser reflects it and one rebuilt by the same is quick. Stored metrics stay where that fails,
     and those it cannot recompute stay beside the new ones (a results folder copied without its
     largest logs, e.g. a CRIU dump.log, keeps what the run read from them)."""
     records = {}
+    stamp = collect_stamp()
     for record in store.iter_trials():
         if "id" not in record:
             continue
         kind = KINDS.get(str(record.get("kind")))
-        if record.get("status") == "ok" and kind is not None:
+        # Collected by this very code already (the stamp): the stored metrics are what a collect would give.
+        if record.get("status") == "ok" and kind is not None and record.get("collected_with") != stamp:
             ctx = TrialContext(record["mode"], record.get("params") or {}, record.get("engine") or {},
                                store.trial_dir(record["id"]), record["host"])
             try:

@@ -154,3 +154,19 @@ def test_outputs_follow_the_umask(folder: Folder, umask: int) -> None:
     for name in ("summary.csv", "summary.json", "report.md", "startup.csv", "startup.png"):
         assert stat.S_IMODE((folder.root / name).stat().st_mode) == expected, name
     assert not [p.name for p in folder.root.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_metrics_collected_by_this_code_are_not_collected_again(tmp_path: Path) -> None:
+    from runner.provenance import collect_stamp
+
+    f = Folder(tmp_path / "results")
+    stale = f.trial("disk_cold", 1, "ok", first_token_s=10.0)
+    current = f.trial("disk_cold", 2, "ok", first_token_s=20.0)
+    for tid, first, stamp in ((stale, 11.0, "another-version"), (current, 21.0, collect_stamp())):
+        path = tmp_path / "results" / "trials" / tid / "trial.json"
+        record = json.loads(path.read_text())
+        path.write_text(json.dumps({**record, "metrics": {"first_token_s": first}, "collected_with": stamp}))
+    f.build()
+    rows = {r["trial_id"]: r for r in f.summary()["trials"]}
+    assert rows[stale]["first_token_s"] == 10.0  # another version's metrics: collected again from its files
+    assert rows[current]["first_token_s"] == 21.0  # this code's: the stored metrics, no second collect
