@@ -81,8 +81,8 @@ def _turns(raw: Path) -> list[TurnShape]:
         return []
 
 
-def _model(ctx: TrialContext, turns: list[TurnShape], columns: dict[str, Any], kv_bytes: int | None
-           ) -> dict[str, Any]:
+def _model(ctx: TrialContext, turns: list[TurnShape], columns: dict[str, Any], kv_bytes: int | None,
+           tiers: tuple[str, ...]) -> dict[str, Any]:
     own = baseline(turns) if ctx.mode == BASELINE_MODE else None
     out: dict[str, Any] = {}
     if own is not None:
@@ -98,7 +98,9 @@ def _model(ctx: TrialContext, turns: list[TurnShape], columns: dict[str, Any], k
         return out
     out["breakeven_read_gb_s"] = round(breakeven_read_gb_s(kv_bytes, base.prefill_tok_s), 3)
     out["model_note"] = _note(base, kv_bytes, trials)
-    predicted = predict_turn_s(base, turns, tier_reads(columns), kv_bytes)
+    # A tier whose tokens are unknown (no /metrics) would be priced as free: no prediction then.
+    known = all(f"tier_hit_tokens_{t}" in columns for t in tiers)
+    predicted = predict_turn_s(base, turns, tier_reads(columns), kv_bytes) if known else None
     if predicted is not None:
         out["predicted_revisit_turn_s"] = round(predicted, 3)
         if out.get("turn_wall_mean_revisit_s"):
@@ -134,5 +136,6 @@ def ladder_columns(ctx: TrialContext, raw: Path, run: Mapping[str, Any], metrics
         disk_limit_gb_s=limit, disk_limit_source=limit_source)
     columns = tier_columns(inputs)
     out.update(columns)
-    out.update(_model(ctx, _turns(raw), columns, kv_bytes))
+    tiers = tuple(t for t, present in (("cpu", inputs.host_tier), ("fs", inputs.fs_tier)) if present)
+    out.update(_model(ctx, _turns(raw), columns, kv_bytes, tiers))
     return {k: v for k, v in out.items() if v is not None}
