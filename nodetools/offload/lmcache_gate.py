@@ -16,12 +16,14 @@ on the fallback, and the runner records which path ran.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["CUDA_EXTENSION", "FIX", "TORCH_OPS", "fallback_line", "first_fallback", "lmcache_path", "refusal",
-           "scan_logs"]
+__all__ = ["CUDA_EXTENSION", "FIX", "TORCH_OPS", "extension_reasons", "fallback_line", "first_fallback",
+           "lmcache_path", "refusal", "scan_logs"]
 
 CUDA_EXTENSION, TORCH_OPS = "cuda_extension", "torch_ops"
 FALLBACK = re.compile(r"\S+ (?:compiled extension|native ops) not found; \w+ stays on the torch baseline"
@@ -31,6 +33,21 @@ _STARTED = re.compile(r"Creating v1 connector with name: LMCache|LMCache (?:INFO
 FIX = ("build LMCache's CUDA extension for this node's torch (docs/offload.md, 'LMCache at its real speed'), "
        "or set allow_torch_fallback: true in the mode to measure the fallback on purpose")
 _MAX_SCAN = 64 << 20  # LMCache's startup lines come first; a log of LMCache's per-copy lines can be 21 MB
+# LMCache's compiled extension by the names its releases gave it (0.5.6: cuda_ops). Importing it is
+# what LMCache does at its start; the error says why (an undefined symbol: built for another torch).
+_PROBE = """
+import importlib, sys
+errors = []
+for name in ("lmcache.cuda_ops", "lmcache.c_ops"):
+    try:
+        importlib.import_module(name)
+        sys.exit(0)
+    except Exception as exc:
+        errors.append(f"{name}: {type(exc).__name__}: {exc}")
+print("; ".join(errors)[:600])
+sys.exit(1)
+"""
+PROBE_TIMEOUT_S = 180  # torch and LMCache import in tens of seconds on a cold page cache
 
 
 def fallback_line(text: str) -> str | None:
@@ -78,3 +95,19 @@ def first_fallback(paths: Iterable[Path], limit: int = _MAX_SCAN) -> str | None:
         if line:
             return line
     return None
+
+
+def extension_reasons(python: str, pythonpath: str = "") -> list[str]:
+    """Why LMCache's compiled extension does not import in the engine's Python, or nothing: the
+    preflight refuses such a trial in seconds instead of after an engine start of minutes."""
+    env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+    try:
+        done = subprocess.run([python, "-c", _PROBE], check=False, capture_output=True, text=True, env=env,
+                              timeout=PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"LMCache's CUDA extension: could not ask {python} ({exc})"]
+    if done.returncode == 0:
+        return []
+    why = done.stdout.strip() or (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return [f"LMCache's CUDA extension does not import beside the engine, so LMCache would run on torch ops "
+            f"({why}); {FIX}"]

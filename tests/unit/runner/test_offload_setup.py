@@ -64,6 +64,11 @@ def test_the_fs_tier_defaults_to_the_trials_work_folder_and_lmcache_is_looked_fo
     # The import check runs with the engine's Python and PYTHONPATH (vLLM installed with --target).
     assert (s["need"]["python"], s["need"]["python_module"], s["need"]["pythonpath"]) == (
         "/opt/py/bin/python3", "lmcache", "/opt/vllm/site")
+    # ... and so is its compiled CUDA extension, unless the mode allows the torch-ops fallback.
+    assert s["need"]["refuse_torch_ops"] is True
+    allowed = setup("lmcache_disk", {**VLLM, "gpus": [0]}, offload_gib=2, fs_gib=10, allow_torch_fallback=True)
+    assert allowed["need"]["refuse_torch_ops"] is False
+    assert setup("native_cpu", {**VLLM, "gpus": [0]}, offload_gib=2)["need"]["refuse_torch_ops"] is False
 
 
 @pytest.mark.parametrize(("mode", "engine", "params", "reason"), [
