@@ -22,6 +22,11 @@ def _median(group: Any, column: str) -> float | None:
     return float(values.median()) if len(values) else None
 
 
+def _tokens(group: Any, column: str) -> int | None:
+    value = _median(group, column)
+    return None if value is None else round(value)
+
+
 def _first(group: Any, column: str) -> str:
     if column not in group:
         return ""
@@ -35,8 +40,8 @@ def _row(mode: str, group: Any) -> dict[str, Any]:
     measured, predicted = _median(group, "turn_wall_mean_revisit_s"), _median(group, "predicted_revisit_turn_s")
     return {
         "mode": mode, "repeats": len(group), "lmcache_path": _first(group, "lmcache_path"),
-        "tokens_gpu": _median(group, "tier_hit_tokens_gpu"), "tokens_cpu": _median(group, "tier_hit_tokens_cpu"),
-        "tokens_fs": _median(group, "tier_hit_tokens_fs"), "deepest_tier": _TIER_WORDS.get(tier, ""),
+        "tokens_gpu": _tokens(group, "tier_hit_tokens_gpu"), "tokens_cpu": _tokens(group, "tier_hit_tokens_cpu"),
+        "tokens_fs": _tokens(group, "tier_hit_tokens_fs"), "deepest_tier": _TIER_WORDS.get(tier, ""),
         "tier_read_gb_s": rate, "breakeven_read_gb_s": breakeven,
         "verdict": verdict(rate, breakeven) if tier else "",
         "revisit_turn_s": measured, "predicted_s": predicted,
