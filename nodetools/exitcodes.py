@@ -11,6 +11,7 @@ One table, so a playbook or a person reading ``rc=N`` knows what happened whiche
 5   (retired)          bad input before this table; never reused, so an old record still reads right
 6   FAILED_REQUESTS    offload_run: more failed requests than the mode allows
 7   BUSY               the engine port is held: another run's port lock, or a server already answers
+8   REFUSED            offload_run: a gate refused the run (LMCache on its torch-ops fallback)
 ==  =================  ==========================================================================
 
 ``cuda_checkpoint_api.py`` is the exception: it mirrors NVIDIA's cuda-checkpoint and must stay one
@@ -20,7 +21,7 @@ file without imports from this project, so it keeps its own (0 done, 1 refused, 
 
 from __future__ import annotations
 
-__all__ = ["BAD_INPUT", "BUSY", "DIED", "FAILED_REQUESTS", "OK", "TIMEOUT"]
+__all__ = ["BAD_INPUT", "BUSY", "DIED", "FAILED_REQUESTS", "OK", "REFUSED", "TIMEOUT"]
 
 OK = 0
 BAD_INPUT = 2
@@ -28,3 +29,4 @@ DIED = 3
 TIMEOUT = 4
 FAILED_REQUESTS = 6
 BUSY = 7
+REFUSED = 8

@@ -21,6 +21,7 @@ from nodetools.node_checks import check as node_check
 from nodetools.node_checks import module_reasons
 from nodetools.offload.layout import split_gpus
 from nodetools.offload.leftovers import GIB, gib, leftover_containers
+from nodetools.offload.lmcache_gate import extension_reasons
 
 __all__ = ["Need", "capacity_reasons", "mount_of", "preflight", "preflight_node"]
 
@@ -43,6 +44,7 @@ class Need:
     python: str = ""  # the engine's Python (process runtime), which must import python_module
     python_module: str = ""  # a package the mode needs beside vLLM (lmcache); in the image for docker
     pythonpath: str = ""  # the engine's PYTHONPATH (vLLM installed with --target lives there)
+    refuse_torch_ops: bool = False  # LMCache must bind its compiled CUDA extension (lmcache_gate)
     max_model_len: int | None = None
     context_tokens: int = 0  # the longest prompt the load sends plus its output
 
@@ -232,7 +234,10 @@ def _module_check(need: Need) -> list[str]:
     """The mode's package importable by the engine's Python (process runtime; in the image for docker)."""
     if not need.python_module or need.image or not need.python:
         return []
-    return module_reasons(need.python, need.python_module, need.pythonpath)
+    reasons = module_reasons(need.python, need.python_module, need.pythonpath)
+    if not reasons and need.python_module == "lmcache" and need.refuse_torch_ops:
+        reasons = extension_reasons(need.python, need.pythonpath)
+    return reasons
 
 
 def capacity_reasons(facts: dict[str, Any] | None, need: Need) -> list[str]:

@@ -35,6 +35,7 @@ from nodetools.loadgen.quality import QualityCheck
 from nodetools.loadgen.workload import QualitySpec, Workload, known_fields
 from nodetools.model_shapes import engine_model_dir, read_kv_bytes_per_token
 from nodetools.offload.layout import copy_dir
+from nodetools.offload.lmcache_gate import first_fallback, refusal
 from nodetools.proc import group_io, interrupt_on_term, write_json_atomic
 from nodetools.secret_env import SecretsError, secret_names, take_secrets
 from nodetools.timer import Timer
@@ -210,7 +211,7 @@ def _run_claimed(run: _Run, opts: RunOptions, workload: Workload, quality: Quali
     try:
         rc = run.start()
         if rc == exitcodes.OK:
-            rc = _measure(run, opts, workload, quality)
+            rc = _gate(run) or _measure(run, opts, workload, quality)
     except KeyboardInterrupt:
         run.out["error"] = "interrupted (SIGTERM)"
         rc = exitcodes.TIMEOUT
@@ -264,11 +265,25 @@ def _measure(run: _Run, opts: RunOptions, workload: Workload, quality: QualitySp
     if summary["stopped"]:
         run.out["error"] = f"load stopped: {summary['stopped']}"
         return exitcodes.TIMEOUT
+    if _gate(run):  # an LMCache that binds its extension lazily says so only at its first copy
+        return exitcodes.REFUSED
     if failed > opts.max_failed:
         run.out["error"] = (f"{failed} of {planned} requests failed or were not sent (allowed: {opts.max_failed}); "
                             "see requests.jsonl")
         return exitcodes.FAILED_REQUESTS
     return exitcodes.OK
+
+
+def _gate(run: _Run) -> int:
+    """REFUSED (the reason in run.json) when the launch refuses LMCache's torch-ops fallback and a
+    copy's log shows it: the load would measure LMCache's packaging, not LMCache."""
+    if not run.launch.get("refuse_torch_ops"):
+        return exitcodes.OK
+    line = first_fallback(t.log for t in run.timers)
+    if line is None:
+        return exitcodes.OK
+    run.out["error"] = refusal(line)
+    return exitcodes.REFUSED
 
 
 def _next_stats_line(log: Path, offset: int, timeout_s: float) -> int:

@@ -179,6 +179,8 @@ def parse_serve_args(argv: Sequence[str], environ: dict[str, str]) -> ServeConfi
         parser.error(f"{knob_flag('log_style')} must be 0.24 or legacy, not {knobs.log_style!r}")
     if knobs.tokenizer not in ("auto", "regex"):
         parser.error(f"{knob_flag('tokenizer')} must be auto or regex, not {knobs.tokenizer!r}")
+    if knobs.lmcache_ops not in ("cuda", "torch"):
+        parser.error(f"{knob_flag('lmcache_ops')} must be cuda or torch, not {knobs.lmcache_ops!r}")
     if knobs.offload_policy not in ("write-through", "victim"):
         parser.error(f"{knob_flag('offload_policy')} must be write-through or victim")
     if ns.block_size <= 0 or ns.tensor_parallel_size <= 0:

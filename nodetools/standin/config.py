@@ -85,6 +85,10 @@ class Knobs:
     kv_fs_capacity_gib: float = _knob(0.0, "Capacity of the file-system tier in GiB of KV "
                                       "(offload_bytes_per_token per token); 0 = unlimited.")
     kv_fs_file_bytes: int = _knob(256, "Bytes really written per block file in the file-system tier.")
+    lmcache_ops: str = _knob("cuda", "With an LMCache connector, the copy path its log shows: `cuda` (LMCache "
+                             "bound its CUDA extension and says nothing) or `torch` (it logs LMCache's fallback "
+                             "warning, `lmcache.cuda_ops compiled extension not found; ...`). The line only: the "
+                             "costs stay the stand-in's.")
     # Serving costs.
     prefill_s_per_token: float = _knob(2e-5, "Seconds of prefill per uncached prompt token (shared by the "
                                        "batch: an engine step costs the sum of its tokens).")
@@ -185,6 +189,7 @@ class OffloadPlan:
     fs_root: str = ""
     offload_prompt_only: bool = True
     notes: tuple[str, ...] = ()
+    fs_gib: float = 0.0  # the file-system tier's capacity when the configuration names one (LMCache's disk)
 
     @property
     def enabled(self) -> bool:
@@ -230,6 +235,7 @@ def resolve_offload(size_gib: float | None, backend: str | None, transfer: dict[
                     knobs: Knobs, environ: Mapping[str, str]) -> OffloadPlan:
     """Map --kv-offloading-* / --kv-transfer-config (and the fs-tier knob) to tiers."""
     fs_root = knobs.kv_fs_dir
+    fs_gib = 0.0
     notes: list[str] = []
     connector, spec, cpu_bytes, prompt_only = "", "", 0, True
     if transfer:
@@ -248,6 +254,11 @@ def resolve_offload(size_gib: float | None, backend: str | None, transfer: dict[
             gb = float(environ.get("LMCACHE_MAX_LOCAL_CPU_SIZE", "5"))
             connector, cpu_bytes = name, int(gb * 2**30)
             notes.append(f"{name} is modelled as a host-RAM tier of LMCACHE_MAX_LOCAL_CPU_SIZE={gb:g} GB")
+            disk = environ.get("LMCACHE_LOCAL_DISK", "")
+            if disk.startswith("file://"):
+                fs_root, fs_gib = disk[len("file://"):], float(environ.get("LMCACHE_MAX_LOCAL_DISK_SIZE", "0"))
+                notes.append(f"LMCACHE_LOCAL_DISK is modelled as a file-system tier below it, fed by its evictions "
+                             f"(LMCACHE_MAX_LOCAL_DISK_SIZE={fs_gib:g} GB)")
         else:
             notes.append(f"kv_connector {name!r} is not modelled: no external tier")
     elif size_gib:
@@ -261,4 +272,4 @@ def resolve_offload(size_gib: float | None, backend: str | None, transfer: dict[
         connector = "OffloadingConnector"
     if fs_root and connector == "OffloadingConnector":
         spec = "TieringOffloadingSpec"
-    return OffloadPlan(connector, spec, cpu_bytes, fs_root, prompt_only, tuple(notes))
+    return OffloadPlan(connector, spec, cpu_bytes, fs_root, prompt_only, tuple(notes), fs_gib)

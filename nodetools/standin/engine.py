@@ -234,8 +234,9 @@ class Engine:
                 req.state = RequestState.LOADING
                 req.pending_ext = [h for _, h in look.external]
                 fs_hashes = [h for tier, h in look.external if tier == "fs"]
-                delay = (by_tier.get("cpu", 0) * self.p.cpu_load_s_per_token
-                         + by_tier.get("fs", 0) * self.p.fs_load_s_per_token)
+                costs = {"cpu": self.p.cpu_load_s_per_token, "fs": self.p.fs_load_s_per_token}
+                delay = sum(tokens * costs.get(tier, 0.0) for tier, tokens in by_tier.items())
+                self.stats.record_load(by_tier, costs, self.log)
                 self.loading.append(req)
                 req.load_task = asyncio.create_task(self._load(req, delay, fs_hashes))
                 continue

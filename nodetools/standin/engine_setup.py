@@ -40,7 +40,7 @@ def build_engine(cfg: ServeConfig, result: StartupResult, max_model_len: int, ap
     if cfg.offload.cpu_bytes:
         tiers.append(HostTier(cfg.offload.cpu_bytes // k.offload_bytes_per_token // cfg.block_size))
     if cfg.offload.fs_root:
-        cap = int(k.kv_fs_capacity_gib * 2**30 // k.offload_bytes_per_token // cfg.block_size)
+        cap = int((cfg.offload.fs_gib or k.kv_fs_capacity_gib) * 2**30 // k.offload_bytes_per_token // cfg.block_size)
         digest = compile_cache_key(cfg, max_model_len)[:16]
         tag = cfg.model_path.name or "model"
         tiers.append(FsTier(Path(cfg.offload.fs_root).expanduser(), tag, digest, capacity_blocks=cap or None,
@@ -52,7 +52,8 @@ def build_engine(cfg: ServeConfig, result: StartupResult, max_model_len: int, ap
                   "enable_prefix_caching": str(cfg.enable_prefix_caching),
                   "cpu_offload_tokens": str(sum(t.capacity_blocks for t in tiers[:1]) * cfg.block_size
                                             if cfg.offload.cpu_bytes else 0)}
-    stats = EngineStats(cfg.served_model_name, kv.has_connector, cache_info, tok.info.kind)
+    stats = EngineStats(cfg.served_model_name, kv.has_connector, cache_info, tok.info.kind,
+                        connector_name=cfg.offload.connector, bytes_per_token=k.offload_bytes_per_token)
     params = EngineParams(
         block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens,

@@ -348,6 +348,12 @@ async def _start_offload(cfg: ServeConfig, log: ProcLogger) -> None:
     log.info("Creating v1 connector with name: %s and engine_id: %s", plan.connector, uuid.uuid4())
     log.warning("Initializing KVConnectorBase_V1. This API is experimental and subject to change in the "
                 "future as we iterate the design.")
+    if plan.connector.startswith("LMCache"):
+        # LMCache's own start: silent when its CUDA extension binds, one warning when it falls back.
+        log.info("[stand-in] LMCache INFO: Creating LMCacheEngine instance vllm-instance")
+        if k.lmcache_ops == "torch":
+            log.warning("LMCache WARNING: lmcache.cuda_ops compiled extension not found; CudaDeviceOps stays on "
+                        "the torch baseline for all ops.")
     if plan.spec:
         log.info("Creating offloading spec with name: %s", plan.spec)
         log.warning("Initializing OffloadingSpec. This API is experimental and subject to change in the "
@@ -361,7 +367,8 @@ async def _start_offload(cfg: ServeConfig, log: ProcLogger) -> None:
                  gib, f"{tokens:,}", f"{tokens // cfg.block_size:,}", k.offload_policy,
                  time.monotonic() - start)
     if plan.fs_root:
-        cap = (f"{k.kv_fs_capacity_gib:g} GiB" if k.kv_fs_capacity_gib > 0 else "unlimited")
+        fs_gib = plan.fs_gib or k.kv_fs_capacity_gib
+        cap = (f"{fs_gib:g} GiB" if fs_gib > 0 else "unlimited")
         log.info("[stand-in] file-system KV tier: %s (%s, %d bytes per block file)", plan.fs_root, cap,
                  k.kv_fs_file_bytes)
     for note in plan.notes:

@@ -42,8 +42,10 @@ class EngineStats:
     """Counters, gauges and rolling hit rates of one engine."""
 
     def __init__(self, model_name: str, connector: bool, cache_info: dict[str, str],
-                 tokenizer: str = "regex") -> None:
+                 tokenizer: str = "regex", connector_name: str = "", bytes_per_token: int = 0) -> None:
         self.connector = connector
+        self.connector_name = connector_name
+        self.bytes_per_token = bytes_per_token
         self.probe: EngineProbe | None = None
         reg = self.registry = Registry(model_name)
         self.prefix_queries = reg.counter(
@@ -89,6 +91,12 @@ class EngineStats:
         standin.set(1.0, "stand-in", STANDIN_VERSION, tokenizer)
         self.tier_hits = reg.counter("standin:external_hits_by_tier", "External hit tokens by offload tier.",
                                      ["tier"])
+        # vLLM's offloading connector counts its copies' bytes and seconds by transfer type; the
+        # stand-in counts its modelled loads the same way, its file-system tier's as FS_to_GPU.
+        self.offload_bytes = reg.counter("vllm:kv_offload_total_bytes", "KV bytes moved by the offloading "
+                                         "connector, by transfer type.", ["transfer_type"])
+        self.offload_time = reg.counter("vllm:kv_offload_total_time", "Seconds the offloading connector's "
+                                        "transfers took, by transfer type.", ["transfer_type"])
         self.step_lag = reg.histogram(
             "standin:engine_step_lag_seconds",
             "How much later than modelled an engine step ended (the stand-in's own overhead).", _LAG_BUCKETS)
@@ -116,6 +124,24 @@ class EngineStats:
             self.external_rate.observe(num_tokens - gpu_hit, ext_hit)
             for tier, tokens in by_tier.items():
                 self.tier_hits.inc(tokens, tier)
+
+    def record_load(self, by_tier: dict[str, int], cost_s_per_token: dict[str, float],
+                    log: ProcLogger | None = None) -> None:
+        """A request's external hits are being loaded: vLLM's connector counters (OffloadingConnector),
+        or LMCache's own line per retrieval (its "GB" is GiB, as LMCache writes it)."""
+        seconds = {tier: tokens * cost_s_per_token.get(tier, 0.0) for tier, tokens in by_tier.items() if tokens}
+        if not seconds:
+            return
+        if self.connector_name == "OffloadingConnector":
+            for tier, secs in seconds.items():
+                kind = "CPU_to_GPU" if tier == "cpu" else f"{tier.upper()}_to_GPU"
+                self.offload_bytes.inc(by_tier[tier] * self.bytes_per_token, kind)
+                self.offload_time.inc(secs, kind)
+        elif self.connector_name.startswith("LMCache") and log is not None:
+            tokens = sum(by_tier.values())
+            log.info("[stand-in] LMCache INFO: Retrieved %d out of %d required tokens (from %d total tokens). "
+                     "size: %.4f gb, cost %.4f ms", tokens, tokens, tokens,
+                     tokens * self.bytes_per_token / 2**30, 1000 * sum(seconds.values()))
 
     def record_first_token(self, prompt_len: int, gpu_hit: int, ext_hit: int, ttft: float) -> None:
         self.prompt_tokens.inc(prompt_len)

@@ -33,7 +33,7 @@ def _extravars(tmp_path: Path, inventory: Path, host: str) -> dict[str, Any]:
     trial = next(t for t in expand(load_campaign(tmp_path / "c.yaml")).trials if t.mode == "native_cpu")
     return {"exp_trial_id": trial.id, "exp_engine": trial.engine, "exp_resources": trial.resources.as_dict(),
             "exp_remote_dir": trial.remote_dir, "exp_node": trial.node.as_dict(),
-            "exp_results_dir": str(tmp_path / "results")}
+            "exp_results_dir": str(tmp_path / "results"), "exp_secret_names": []}
 
 
 def _collect(tmp_path: Path, inventory: Path, host: str) -> tuple[Path, Path]:

@@ -72,7 +72,8 @@ def test_local_campaign_shows_the_reference_campaigns_shape(write_campaign: Call
     data["engine"]["args"]["load-format"] = "dummy"  # no weight loading is measured here: none is read
     data["engine"]["served_model_name"] = "rehearsal"  # as on the H200: requests name it, not the folder
     results = tmp_path / "results"
-    assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results)]) == 0
+    assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results),
+                 "--only", "offload.hbm_only", "--only", "offload.native_cpu"]) == 0
     trials = {r["mode"]: r for r in rows(results, "offload.csv")}
     hbm, native = trials["hbm_only"], trials["native_cpu"]
     assert hbm["status"] == native["status"] == "ok"
@@ -109,6 +110,15 @@ def test_local_campaign_shows_the_reference_campaigns_shape(write_campaign: Call
     assert native["weights"].startswith("dummy (--load-format dummy")
     assert "Per turn, median over the ok repeats" in report
     assert "; sizes: GPU pool 60,000 tokens" in report and "host RAM tier 0.5 GiB (131,072 tokens)" in report
+    # The ladder: every hit placed in its tier, the tier's rate against what recomputing costs.
+    assert int(native["tier_hit_tokens_cpu"]) == int(native["external_hit_tokens_cpu"]) > 100_000
+    assert native["tier_hit_source"] == "the engine's per-tier counters" and native["tier_read_tier"] == "cpu"
+    # The stand-in's modelled host tier: 4 KiB a token in 2 us (2.05 GB/s), timed as vLLM's connector does.
+    assert float(native["tier_read_gb_s"]) == pytest.approx(4096 / 2e-6 / 1e9, rel=0.01)
+    assert float(hbm["prefill_tok_s"]) > 1_000 and hbm["tier_hit_tokens_cpu"] == ""
+    assert float(native["breakeven_read_gb_s"]) == pytest.approx(4096 * float(hbm["prefill_tok_s"]) / 1e9, rel=0.01)
+    assert native["tier_verdict"] == "pays on this node"
+    assert native["predicted_revisit_turn_s"] != "" and "### The ladder: which tier served the revisits" in report
     record = json.loads((results / "trials/offload.native_cpu.r1@localhost/trial.json").read_text())
     assert record["engine"]["args"]["load-format"] == "dummy"
     assert record["resources"]["offload"]["sizing"]["ws_over_pool"] == pytest.approx(1.31, abs=0.01)
@@ -204,3 +214,38 @@ def test_an_engine_dying_mid_run_fails_the_trial_with_its_error_and_leaves_the_n
         with pytest.raises(ProcessLookupError):
             os.killpg(int(pgid_file.read_text().split()[0]), 0)
     assert not port_answers(data["engine"]["port"]) and not port_answers(data["engine"]["port"] + 1)
+
+
+def test_the_whole_ladder_with_lmcache_on_its_torch_ops_fallback(write_campaign: Callable[[str], Path],
+                                                                  tmp_path: Path) -> None:
+    """The disk rungs reach their file-system tiers; an LMCache that says it runs on torch ops is
+    refused once it answers, unless the mode asks for the fallback, and the row says which path ran."""
+    data = local_campaign(tmp_path)
+    data["engine"]["env"]["STANDIN_LMCACHE_OPS"] = "torch"
+    data["experiments"][1]["modes"]["lmcache_disk"]["allow_torch_fallback"] = True
+    results = tmp_path / "results"
+    only = [arg for mode in ("hbm_only", "tiered", "lmcache_cpu", "lmcache_disk") for arg in ("--only",
+                                                                                               f"offload.{mode}")]
+    assert main([str(write_campaign(yaml.safe_dump(data))), "--quiet", "--results", str(results), *only]) == 1
+    trials = {r["mode"]: r for r in rows(results, "offload.csv")}
+    refused = trials["lmcache_cpu"]
+    assert refused["status"] == "failed"
+    assert ("offload_run: LMCache runs its KV copies as torch ops, not its CUDA extension: its log says "
+            "'lmcache.cuda_ops compiled extension not found; CudaDeviceOps stays on the torch baseline for all "
+            "ops.'; build LMCache's CUDA extension for this node's torch (docs/offload.md, 'LMCache at its real "
+            "speed'), or set allow_torch_fallback: true") in refused["reason"]
+    raw = results / "trials/offload.lmcache_cpu.r1@localhost/raw/localhost"
+    assert json.loads((raw / "run.json").read_text())["rc"] == 8
+    assert not (raw / "requests.jsonl").exists()  # refused before the load: no lease time spent on it
+    for mode in ("tiered", "lmcache_disk"):
+        row = trials[mode]
+        assert row["status"] == "ok", row["reason"]
+        assert int(row["tier_hit_tokens_fs"]) > 0 and row["tier_read_tier"] == "fs", mode
+        assert "a file-system tier can be reached" in row["tier_note"]
+        assert row["breakeven_read_gb_s"] != "" and row["predicted_revisit_turn_s"] != "", mode
+    assert trials["lmcache_disk"]["lmcache_path"] == "torch_ops" and trials["tiered"]["lmcache_path"] == ""
+    assert trials["lmcache_disk"]["kv_transfer_source"] == "lmcache log"  # its retrieval lines
+    # The stand-in times its file-system loads (FS_to_GPU): 4 KiB a token in 10 us.
+    assert float(trials["tiered"]["tier_read_gb_s_fs"]) == pytest.approx(4096 / 1e-5 / 1e9, rel=0.01)
+    report = (results / "report.md").read_text()
+    assert "| lmcache_disk | 1 | torch_ops |" in report

@@ -19,6 +19,7 @@ from typing import Any
 
 from runner.errors import ParseError
 from runner.experiments.base import TrialContext
+from runner.experiments.offload.ladder import ladder_columns
 from runner.experiments.offload.params import WorkloadParams
 from runner.experiments.offload.setup import weights_label
 from runner.experiments.offload.sizing import (
@@ -309,6 +310,7 @@ def collect(ctx: TrialContext) -> dict[str, Any]:
     errors = sorted({e for log in logs for e in log.get("errors") or ()})
     if errors:
         metrics["log_errors"] = ",".join(errors)
+    metrics.update(ladder_columns(ctx, raw, run, metrics, pairs, copy_logs(raw)))
     return {k: v for k, v in metrics.items() if v is not None}
 
 

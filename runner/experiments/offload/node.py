@@ -60,7 +60,7 @@ def node_plan(ctx: TrialContext) -> NodePlan:
         return NodePlan(skip=setup["skip"], commands={"reap": reap_argv(paths), "cleanup": cleanup, "pack": pack})
     launches = _launches(ctx, setup, paths)
     launch_file = {"copies": launches, "caches": launches[0]["caches"], "fs_dir": setup["fs_dir"],
-                   "engine_kind": engine["kind"]}
+                   "engine_kind": engine["kind"], "refuse_torch_ops": bool(params["recipe"].get("refuse_torch_ops"))}
     workload = params["workload"]
     return NodePlan(launch=launches[0], copies=tuple(launches) if len(launches) > 1 else (), commands={
         "reap": reap_argv(paths),

@@ -33,7 +33,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "lmcache_cpu": {"summary": "LMCacheConnectorV1, LMCACHE_LOCAL_CPU with LMCACHE_MAX_LOCAL_CPU_SIZE GB",
                     "python_module": "lmcache"},
     "lmcache_disk": {"summary": "LMCacheConnectorV1 with a CPU buffer and LMCACHE_LOCAL_DISK",
-                     "standin": "the stand-in does not model LMCache's local disk backend", "python_module": "lmcache"},
+                     "python_module": "lmcache"},
     "tiered": {"summary": "OffloadingConnector + TieringOffloadingSpec: a RAM tier, then a file-system tier",
                # vllm.v1.kv_offload.tiering ships since v0.22.0.
                "min_version": "0.22.0", "shm": True},
@@ -108,7 +108,8 @@ class OffloadParams(ModeParams):
                 "host_gib_per_copy": host_gib, "shm": bool(self.RECIPE.get("shm")),
                 "fs": isinstance(self, _FsTier), "min_version": self.RECIPE.get("min_version", ""),
                 "standin": self.RECIPE.get("standin", ""), "image": getattr(self, "image", ""),
-                "python_module": self.RECIPE.get("python_module", "")}
+                "python_module": self.RECIPE.get("python_module", ""),
+                "refuse_torch_ops": not getattr(self, "allow_torch_fallback", True)}
 
 
 class HbmOnlyParams(OffloadParams):
@@ -150,6 +151,8 @@ class _LmcacheImage(_Strict):
     image: str = Field(default="", description="docker image with LMCache inside (the reference campaign: "
                        "lmcache/vllm-openai:v0.5.6rc3); empty: the campaign's engine image")
     chunk_size: int = Field(default=256, ge=16, description="LMCACHE_CHUNK_SIZE: a multiple of the model's block")
+    allow_torch_fallback: bool = Field(default=False, description="measure LMCache on its torch-ops fallback (its "
+                                       "log's 'compiled extension not found') instead of refusing the run")
 
 
 class LmcacheCpuParams(_LmcacheImage, _HostTier):

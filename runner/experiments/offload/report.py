@@ -11,6 +11,8 @@ from typing import Any
 from runner.errors import ParseError
 from runner.experiments.limits import NodeLimits, node_limits, transfer_limit
 from runner.experiments.offload.collect import ENGINE_FILE_IO
+from runner.experiments.offload.ladder import LADDER_COLUMNS
+from runner.experiments.offload.ladder_report import ladder_section
 from runner.files import atomic_write_text
 from runner.markdown import markdown_table
 from runner.records import TrialRecord
@@ -26,7 +28,7 @@ REPORT_COLUMNS = (
     "ws_over_hbm", "host_tier_tokens", "host_tier_source", "ws_over_hbm_plus_host", "fs_tier_tokens",
     "kv_bytes_per_token", "working_set_gib", "offload_store_refused", "tier_note", "sizing_note", "weights", "ready_s",
     "load_wall_s", "barrier_ok", "gen_loop_lag_p99_ms", "gen_cpu_s", "log_errors",
-    *ENGINE_FILE_IO,
+    *ENGINE_FILE_IO, *LADDER_COLUMNS,
 )
 _TRANSFER_PREFIX = "kv_"  # kv_<src>_to_<dst>_gb / _s / _gb_s and kv_transfer_source (collect.kv_transfers)
 
@@ -176,6 +178,8 @@ def section(frame: Any, root: Path) -> str:
             lines.append(transfers)
         if against := _against_limits(shown, root):
             lines.append(against)
+        if ladder := ladder_section(shown):
+            lines.append(ladder)
         notes = shown.dropna(subset=["tier_note"]) if "tier_note" in shown else shown.iloc[0:0]
         if len(notes):
             lines.append("\nWorking set per trial:\n")

@@ -118,6 +118,7 @@ def _need(ctx: TrialContext, recipe: Mapping[str, Any], copies: int, fs_dir: str
         "ports": [port + i for i in range(copies)],
         "exists": [f"{str(engine['venv']).rstrip('/')}/bin/vllm"] if process_vllm and engine.get("venv") else [],
         "python": _engine_python(engine) if process_vllm and module else "", "python_module": module,
+        "refuse_torch_ops": bool(module and recipe.get("refuse_torch_ops")),
         "pythonpath": str((engine.get("env") or {}).get("PYTHONPATH") or ""),
         "max_model_len": engine_arg(engine.get("args") or {}, "max-model-len") or "",
         "context_tokens": request_context_tokens(workload, quality),

@@ -99,7 +99,7 @@ experiments:
 def test_show_launch_prints_the_engines_shell_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(REPO / "campaigns/offload-local.yaml"), "--plan", "--show-launch"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  launch: ")]
-    assert len(lines) == 2  # hbm_only and native_cpu
+    assert len(lines) == 5  # every rung: hbm_only, native_cpu (lines[1]), tiered, lmcache_cpu, lmcache_disk
     words = shlex.split(lines[1].removeprefix("  launch: "))
     env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-") and w.isascii()
                and w.split("=", 1)[0].isupper())

@@ -50,7 +50,11 @@ def test_lmcache_modes_use_the_connector_and_its_environment() -> None:
     disk = recipe("lmcache_disk", offload_gib=20, fs_gib=500)
     assert disk["env"]["LMCACHE_LOCAL_DISK"] == "file://{trial_fs_dir}/"
     assert disk["env"]["LMCACHE_MAX_LOCAL_DISK_SIZE"] == "500"
-    assert disk["standin"] == "the stand-in does not model LMCache's local disk backend"
+    assert disk["standin"] == ""  # the stand-in models LMCache's disk as a file-system tier below its RAM
+    # LMCache's torch-ops fallback is refused unless the mode asks for it; the node gets the flag.
+    assert cpu["refuse_torch_ops"] is True and disk["refuse_torch_ops"] is True
+    assert recipe("lmcache_cpu", allow_torch_fallback=True)["refuse_torch_ops"] is False
+    assert recipe("native_cpu")["refuse_torch_ops"] is False
 
 
 def test_resources_reserve_ram_for_every_copy_with_the_safety_factor() -> None:

@@ -64,10 +64,14 @@ def test_the_fs_tier_defaults_to_the_trials_work_folder_and_lmcache_is_looked_fo
     # The import check runs with the engine's Python and PYTHONPATH (vLLM installed with --target).
     assert (s["need"]["python"], s["need"]["python_module"], s["need"]["pythonpath"]) == (
         "/opt/py/bin/python3", "lmcache", "/opt/vllm/site")
+    # ... and so is its compiled CUDA extension, unless the mode allows the torch-ops fallback.
+    assert s["need"]["refuse_torch_ops"] is True
+    allowed = setup("lmcache_disk", {**VLLM, "gpus": [0]}, offload_gib=2, fs_gib=10, allow_torch_fallback=True)
+    assert allowed["need"]["refuse_torch_ops"] is False
+    assert setup("native_cpu", {**VLLM, "gpus": [0]}, offload_gib=2)["need"]["refuse_torch_ops"] is False
 
 
 @pytest.mark.parametrize(("mode", "engine", "params", "reason"), [
-    ("lmcache_disk", {"kind": "stand-in", "model": "/m"}, {}, "the stand-in does not model LMCache's local disk"),
     ("tiered", {**VLLM, "version": "0.21.3"}, {}, "vLLM 0.21.3 predates mode tiered (OffloadingConnector"),
     ("hbm_only", {**VLLM, "gpus": [0, 1, 2]}, {"engine_copies": 2}, "3 GPUs cannot be split evenly between 2"),
 ])
@@ -75,6 +79,8 @@ def test_a_trial_that_cannot_run_says_why(mode: str, engine: dict[str, Any], par
                                           reason: str) -> None:
     assert setup(mode, engine, **params)["skip"].startswith(reason)
     assert setup("tiered", {**VLLM, "version": "0.22.0rc1"})["skip"] == ""  # the release counts, not the suffix
+    # The stand-in rehearses every mode, LMCache's disk too (a file-system tier below its RAM).
+    assert setup("lmcache_disk", {"kind": "stand-in", "model": "/m"}, offload_gib=2, fs_gib=10)["skip"] == ""
 
 
 def test_the_preflight_gets_the_longest_request_of_the_load_or_the_quality_check() -> None:
