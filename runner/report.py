@@ -59,6 +59,8 @@ def _load_records(store: ResultsStore) -> dict[str, TrialRecord]:
         kind = KINDS.get(str(record.get("kind")))
         # Collected by this very code already (the stamp): the stored metrics are what a collect would give.
         if record.get("status") == "ok" and kind is not None and record.get("collected_with") != stamp:
+            # The kind's collect opens the raw files: a FIFO or a link planted there is moved aside first.
+            store.reader.only_files(store.trial_dir(record["id"]) / "raw")
             ctx = TrialContext(record["mode"], record.get("params") or {}, record.get("engine") or {},
                                store.trial_dir(record["id"]), record["host"])
             try:

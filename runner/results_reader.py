@@ -181,6 +181,30 @@ class ResultsReader:
             self._report(path, f"cannot be listed: {exc.strerror}")
         return iter(sorted(names))
 
+    def only_files(self, rel: str | Path, max_depth: int = 8) -> None:
+        """Move aside every entry under the folder ``rel`` that is neither a regular file nor a
+        folder (a FIFO, a device, a socket, a symbolic link), so a kind's collect that opens the
+        trial's raw files can neither hang nor read outside the folder; at most
+        ``LIMITS['entries']`` entries are looked at."""
+        seen = 0
+        todo = [(self._path(rel), 0)]
+        while todo:
+            folder, depth = todo.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                seen += 1
+                if seen > LIMITS["entries"]:
+                    self._report(folder, f"holds more than {LIMITS['entries']} entries: the rest are not checked")
+                    return
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode) and depth < max_depth:
+                    todo.append((Path(entry.path), depth + 1))
+                elif not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+                    self._unusable(Path(entry.path), f"is {_kind_of(info.st_mode)}")
+
     def ensure_folder(self, rel: str | Path) -> None:
         """Move aside whatever sits where the folder ``rel`` belongs (``trials/`` replaced by a
         file), so that the run can create it."""

@@ -170,3 +170,15 @@ def test_metrics_collected_by_this_code_are_not_collected_again(tmp_path: Path) 
     rows = {r["trial_id"]: r for r in f.summary()["trials"]}
     assert rows[stale]["first_token_s"] == 10.0  # another version's metrics: collected again from its files
     assert rows[current]["first_token_s"] == 21.0  # this code's: the stored metrics, no second collect
+
+
+def test_a_fifo_planted_among_a_trials_raw_files_never_hangs_the_report(tmp_path: Path) -> None:
+    f = Folder(tmp_path / "results")
+    tid = f.trial("disk_cold", 1, "ok", first_token_s=10.0)
+    raw = tmp_path / "results" / "trials" / tid / "raw" / "h1"
+    os.mkfifo(raw / "server.log")  # a collect that opened it would wait for a writer forever
+    (raw / "escape.json").symlink_to("/etc/passwd")
+    f.build()
+    assert not (raw / "server.log").exists() and not (raw / "escape.json").is_symlink()
+    report = (tmp_path / "results" / "report.md").read_text()
+    assert "server.log: is a FIFO" in report or "server.log: is a fifo" in report.lower()
