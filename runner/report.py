@@ -117,6 +117,11 @@ def _row(planned: dict[str, Any], record: TrialRecord | None) -> dict[str, Any]:
 
 def json_value(value: Any) -> Any:
     """A cell as a JSON value of its own type: ``None`` for a gap (never 0), bool, int, float, str."""
+    kind = type(value)
+    if value is None or kind is str or kind is int or kind is bool:  # most cells (a record's own values): quick
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
     import numpy as np  # noqa: PLC0415 - with pandas: only when a report is built
     import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
     if value is None or value is pd.NA:
@@ -153,7 +158,8 @@ def _numeric_columns(trials: list[dict[str, Any]]) -> list[str]:
 def typed_rows(frame: pd.DataFrame, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` (as the trial records hold them: a float stays a float) in ``frame``'s columns,
     each value JSON-typed; a gap is ``None``."""
-    return [{col: json_value(row.get(col)) for col in frame.columns} for row in rows]
+    columns = list(frame.columns)
+    return [{col: json_value(row.get(col)) for col in columns} for row in rows]
 
 
 def aggregate_rows(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -287,6 +293,23 @@ def _hosts_section(store: ResultsStore) -> str:
     return markdown_table(pd.DataFrame(rows))
 
 
+def _plan_for_report(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan cut to what the report reads of it: each trial's id and factors, its engine's kind,
+    rehearsal model and load format. Whole, a 10,000-trial plan is ~40 MB of JSON and ~190 MB in
+    memory (the launch and node commands of every trial), beside the trials' own records."""
+    def engine(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {k: value[k] for k in ("kind", "rehearsal_model") if k in value}
+        if value.get("args"):
+            out["args"] = {k: value["args"][k] for k in ("load-format", "load_format") if k in value["args"]}
+        return out
+
+    keys = ("id", "experiment", "kind", "mode", "repeat", "host")
+    return {**plan, "trials": [{**{k: t[k] for k in keys}, **({"engine": engine(t["engine"])} if "engine" in t else {})}
+                               for t in plan["trials"]]}
+
+
 def _plan_ordered(plan: dict[str, Any], records: dict[str, TrialRecord]) -> list[TrialRecord]:
     """Trial records in plan order (setup-major), then any left from an earlier plan."""
     records = dict(records)
@@ -331,8 +354,8 @@ def build_report(root: Path) -> tuple[Path, Path]:
     if not os.path.lexists(root / "plan.json"):
         raise RunnerError(f"{root}: not a results folder (no plan.json): run a campaign first")
     store = ResultsStore(root)
+    plan = _plan_for_report(store.read_plan() or {"trials": []})  # first: whole, it must not sit beside the records
     records = _load_records(store)
-    plan = store.read_plan() or {"trials": []}
     rows = _summary_rows(store, records, plan)
     frame = _frame(rows)
     trials = typed_rows(frame, rows)
