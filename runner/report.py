@@ -303,6 +303,7 @@ def build_report(root: Path) -> tuple[Path, Path]:
     aggregates = aggregate_rows(trials)
     atomic_write_text(store.root / "summary.json", summary_json(list(frame.columns), trials, campaign, notes,
                                                                  aggregates))
+    del rows, trials  # two dicts a trial (~50 MB for 10,000) that nothing below reads: freed before the charts
     parts = [
         f"# Campaign {campaign}\n",
         f"- trials: {len(frame)} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'})",
