@@ -8,6 +8,8 @@ timer's ``timings.json`` for it, and the stamp of the code that collected its me
 ``--recollect`` the stamp is left out (metrics collected by another version of the code), so the
 report collects every trial again from its files. Then times ``python -m runner report`` in a
 fresh process and reads its peak resident memory. Targets: 20 s and 500 MiB for 10,000 trials.
+Its figures, with the load average they were measured at, are kept in docs/campaign.md ("A
+campaign's fixed cost").
 
     .venv/bin/python benchmarks/bench_report.py [--trials 10000] [--recollect] [--keep DIR] [--json]
 """

@@ -17,7 +17,10 @@ def markdown_table(frame: pd.DataFrame) -> str:
         return "_none_\n"
     cols = list(frame.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, row in frame.iterrows():
-        cells = ["" if pd.isna(v) else str(v).replace("|", "\\|").replace("\n", " ") for v in row]
+    # The rows as iterrows gives them (the frame's values in their common dtype), read in one go:
+    # a Series and an isna call per cell took seconds for a table of 10,000 trials.
+    values = frame.to_numpy()
+    for row, gaps in zip(values.tolist(), pd.isna(values).tolist(), strict=True):
+        cells = ["" if gap else str(v).replace("|", "\\|").replace("\n", " ") for v, gap in zip(row, gaps, strict=True)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

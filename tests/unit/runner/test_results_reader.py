@@ -216,3 +216,19 @@ def test_a_read_only_folder_is_reported_without_moving(results: tuple[Path, Path
 ])
 def test_shapes_name_the_key_path(value: object, shape: dict[str, object], expected: str | None) -> None:
     assert shape_problem(value, shape) == expected
+
+
+def _nested(height: int) -> object:
+    """Mappings and lists in turn, each beside shallower siblings, ``height`` containers deep."""
+    value: object = {}
+    for level in range(height - 1):
+        value = [value, "x", {}] if level % 2 else {"a": value, "b": [], "c": 1}
+    return value
+
+
+@pytest.mark.parametrize(("height", "used"), [(LIMITS["depth"], True), (LIMITS["depth"] + 1, False)])
+def test_nesting_is_read_up_to_the_limit_and_refused_past_it(tmp_path: Path, height: int, used: bool) -> None:
+    (tmp_path / "deep.json").write_text(json.dumps(_nested(height)))
+    reader = ResultsReader(tmp_path, quarantine=False)
+    assert (reader.json("deep.json") is not None) is used
+    assert reader.problems == ([] if used else [f"deep.json: nests deeper than {LIMITS['depth']} levels"])
