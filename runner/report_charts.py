@@ -427,9 +427,9 @@ def import_bars(frame: pd.DataFrame) -> list[dict[str, Any]]:
 # --- snapshot ------------------------------------------------------------------------------------
 
 RESTORE_TITLE = "Every restore to its first token, by stage"
-RESTORE_COLOURS = {"staging": "tab:purple", "CRIU pages": "tab:blue", "CRIU rest": "lightsteelblue",
-                   "GPU restore": "tab:orange", "wake": "tab:green", "weights reload": "tab:olive",
-                   "first answer": "tab:gray"}
+RESTORE_COLOURS = {"staging": "tab:purple", "CRIU memfds": "tab:cyan", "CRIU pages": "tab:blue",
+                   "CRIU rest": "lightsteelblue", "GPU restore": "tab:orange", "wake": "tab:green",
+                   "weights reload": "tab:olive", "first answer": "tab:gray"}
 
 
 def restore_chart(bars: list[dict[str, Any]], path: Path, note: str = "") -> Path | None:

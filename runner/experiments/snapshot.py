@@ -65,7 +65,7 @@ _TIMINGS = ("first_token_s", "dump_s", "restore_s", "restore_to_first_token_s", 
             "unlock_s", "create_s", "image_bytes", "artifact_bytes", "port_free_after_dump", "restored_pid_same",
             "wake_s", "reload_s")
 # Where a restore's seconds to its first token went, in the order the chart stacks them.
-STAGES = ("staging", "CRIU pages", "CRIU rest", "GPU restore", "wake", "weights reload", "first answer")
+STAGES = ("staging", "CRIU memfds", "CRIU pages", "CRIU rest", "GPU restore", "wake", "weights reload", "first answer")
 
 
 def _median(values: list[Any]) -> float | None:
@@ -83,15 +83,17 @@ def _tool(timings: dict[str, Any]) -> str | None:
 
 
 def _stages(record: dict[str, Any], phases: dict[str, float]) -> dict[str, float] | None:
-    """One restore's seconds by stage: the staging copy, CRIU reading the pages in, the rest of CRIU's
-    restore, the CUDA plugin's GPU part, the wake and a level-2 reload, then the first answer."""
+    """One restore's seconds by stage: the staging copy, CRIU copying the memfds in (a level-1 sleep's
+    pinned weights) and reading the private pages in, the rest of CRIU's restore, the CUDA plugin's
+    GPU part, the wake and a level-2 reload, then the first answer."""
     restore, token = record.get("restore_s"), record.get("restore_to_first_token_s")
     if not isinstance(restore, int | float) or not isinstance(token, int | float):
         return None
     pages, gpu = phases.get("restore_pages_s", 0.0), phases.get("restore_gpu_s", 0.0)
+    memfd = phases.get("restore_memfd_s", 0.0)
     wake, reload = float(record.get("wake_s") or 0.0), float(record.get("reload_s") or 0.0)
-    seconds = {"staging": float(record.get("stage_s") or 0.0), "CRIU pages": pages,
-               "CRIU rest": max(0.0, restore - pages - gpu), "GPU restore": gpu, "wake": wake,
+    seconds = {"staging": float(record.get("stage_s") or 0.0), "CRIU memfds": memfd, "CRIU pages": pages,
+               "CRIU rest": max(0.0, restore - memfd - pages - gpu), "GPU restore": gpu, "wake": wake,
                "weights reload": reload, "first answer": max(0.0, token - restore - wake - reload)}
     return {name: round(seconds[name], 4) for name in STAGES}
 

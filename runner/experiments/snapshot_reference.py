@@ -68,6 +68,7 @@ def limits_table(ok: Any, warm: tuple[float, str] | None) -> list[dict[str, Any]
     for (experiment, quiesce, source), group in _groups(ok):
         limit, token = _median(group, "limit_s"), _median(group, "restore_to_first_token_s")
         pages, gpu = _median(group, "restore_pages_s"), _median(group, "restore_gpu_s")
+        memfd = _median(group, "restore_memfd_s")
         cache = _first(group, "restore_cache") or "dropped"
         out.append({
             "experiment": experiment, "model": _first(group, "model"), "quiesce": quiesce, "image_source": source,
@@ -79,9 +80,11 @@ def limits_table(ok: Any, warm: tuple[float, str] | None) -> list[dict[str, Any]
             "over_limit": round(token / limit, 2) if token and limit else None,
             "warm_start_s": warm[0] if warm else None,
             "speedup_vs_warm_start": round(warm[0] / token, 1) if warm and token else None,
-            "gpu_part_from_log_s": gpu, "pages_part_from_log_s": pages,
+            "gpu_part_from_log_s": gpu, "memfd_part_from_log_s": memfd,
+            "criu_memfd_gb_s": _median(group, "restore_memfd_gb_s"), "pages_part_from_log_s": pages,
             "criu_page_read_gb_s": _median(group, f"restore_{cache}_pages_gb_s"),
-            "log_explains_s": round(pages + gpu, 3) if pages is not None and gpu is not None else None})
+            "log_explains_s": round(pages + gpu + (memfd or 0.0), 3) if pages is not None and gpu is not None
+            else None})
     return out
 
 

@@ -25,7 +25,8 @@ COLUMNS = ("quiesce", "criu_version", "first_token_s", "dump_s", "image_gib", "g
            "restore_cache", "stage_s", "restore_s", "wake_s", "reload_s", "restore_to_first_token_s", "limit_s",
            "restore_dropped_s", "restore_dropped_to_first_token_s", "restore_warm_s", "restore_warm_to_first_token_s",
            "restore_gpu_s", "restore_pages_gib", "restore_pages_s", "restore_dropped_pages_gb_s",
-           "restore_warm_pages_gb_s", "image_resident_fraction", "port_free_after_dump", "speedup_vs_start",
+           "restore_warm_pages_gb_s", "restore_memfd_gib", "restore_memfd_s", "restore_memfd_gb_s",
+           "image_resident_fraction", "port_free_after_dump", "speedup_vs_start",
            "sleep_s", "sleep_host_gib", "gpu_mem_mib_awake", "gpu_mem_mib_asleep", "answer_before_dump_s",
            "first_answer_after_restore_s", "answer_after_restore_s", "lazy_pages", "lazy_pages_done_dropped_s",
            "lazy_pages_done_warm_s", "first_token_before_image_read", "lazy_page_faults", "network_lock",
@@ -39,7 +40,8 @@ _TIMES = ("model", "quiesce", "first_token_s", "dump_s", "image_gib", "images_fs
 _SETTINGS = ("criu_version", "network_lock", "io_uring_disabled", "cuda_plugin", "cuda_checkpoint_tool",
              "port_free_after_dump", "sleep_s", "sleep_host_gib", "gpu_mem_mib_awake", "gpu_mem_mib_asleep",
              "restore_gpu_s", "restore_pages_s", "restore_dropped_pages_gb_s", "restore_warm_pages_gb_s",
-             "image_resident_fraction", "answer_before_dump_s", "first_answer_after_restore_s",
+             "restore_memfd_s", "restore_memfd_gb_s", "image_resident_fraction", "answer_before_dump_s",
+             "first_answer_after_restore_s",
              "answer_after_restore_s", "lazy_pages_done_dropped_s", "first_token_before_image_read",
              "lazy_page_faults")
 _STARTS = {"first_start": "cold start (empty caches)", "disk_cold": "start with persisted caches",
@@ -163,9 +165,12 @@ def section(frame: Any, root: Path) -> str:
                      "rate (GPU bytes: what the engine held on the GPU at the dump, plus the weights a level-1 wake "
                      "copies back). The rates come from the mode's `disk_read_gb_s`, `tmpfs_read_gb_s` and `h2d_gb_s`, "
                      "else this campaign's storage trials; a rate neither gives leaves the limit empty. CRIU's own log "
-                     "splits the restore: its restorer reading the pages in (`pages_part_from_log_s` at "
-                     "`criu_page_read_gb_s`) and the CUDA plugin's GPU part. `warm_start_s`: this campaign's start of "
-                     "the engine with persisted caches (weights in page cache where measured):\n")
+                     "splits the restore: its page reader copying the memfds in (`memfd_part_from_log_s` at "
+                     "`criu_memfd_gb_s`: a level-1 sleep's pinned weights, one memfd after another), its restorers "
+                     "reading the private pages in (`pages_part_from_log_s`, the seconds inside their reads, at "
+                     "`criu_page_read_gb_s`) and the CUDA plugin's GPU part, one process after another. "
+                     "`warm_start_s`: this campaign's start of the engine with persisted caches (weights in page "
+                     "cache where measured):\n")
         lines.append(markdown_table(pd.DataFrame(limits)))
     lines += reference_lines(ok)
     side = _side_by_side(ok, root) if len(ok) else []

@@ -110,31 +110,75 @@ def _stamp(text: str, marker: str, last: bool = False) -> float | None:
     return float(found[-1 if last else 0]) if found else None
 
 
-_PREADV = re.compile(_STAMP + r" pie: \d+: Preadv ", re.MULTILINE)
-_RETURNED = re.compile(_STAMP + r" pie: \d+: `- returned (\d+)", re.MULTILINE)
+_PREAD_LINE = re.compile(_STAMP + r" pie: (\d+): (?:Preadv |`- returned (\d+))", re.MULTILINE)
+# memfds and shared memory (vLLM's sleep puts the weights in pinned host buffers CRIU dumps as
+# memfds) are read by CRIU's own page reader, one memfd after another: "Restoring memfd id=N", then
+# "prN-N Read <offset> <pages> pages" per chunk and a "Read page from self" line as it is copied.
+_MEMFD = re.compile(_STAMP + r" +\d+: Restoring memfd id=", re.MULTILINE)
+_MEMFD_READ = re.compile(r"^\(\d+\.\d+\) +\d+: pr\d+-\d+ Read [0-9a-f]+ (\d+) pages$", re.MULTILINE)
+_SELF_READ = re.compile(_STAMP + r" +\d+: \tpr\d+-\d+ Read page from self ", re.MULTILINE)
+PAGE_BYTES = 4096  # x86_64: CRIU's page reader counts in the kernel's pages
 
 
 def restore_phases(text: str) -> dict[str, float]:
     """From a ``criu restore -v4`` log: ``restore_gpu_s``, the CUDA plugin's GPU part ("resuming
     devices" to "finished cuda_plugin stage 2"); the pages CRIU's restorer read into the processes'
-    memory (its ``Preadv`` calls: ``restore_pages_gib`` returned, ``restore_pages_s`` from the first
-    call to the last return, ``restore_pages_gb_s``, decimal); and ``restore_log_s``, CRIU's own clock
-    at its last line. Absent lines, absent keys."""
+    memory (its ``Preadv`` calls: ``restore_pages_gib`` returned, ``restore_pages_s`` the seconds
+    inside those calls, each from its line to its return, overlaps counted once;
+    ``restore_pages_gb_s``, decimal); the memfds and shared memory its page
+    reader copied (``restore_memfd_gib``, ``restore_memfd_s`` from the first "Restoring memfd" to the
+    last copy, ``restore_memfd_gb_s``); and ``restore_log_s``, CRIU's own clock at its last line.
+    Absent lines, absent keys."""
     out: dict[str, float] = {}
     resumed, finished = _stamp(text, "cuda_plugin: resuming devices"), _stamp(text, "finished cuda_plugin stage 2")
     if resumed is not None and finished is not None and finished >= resumed:
         out["restore_gpu_s"] = round(finished - resumed, 3)
-    first_read, returned = _PREADV.search(text), _RETURNED.findall(text)
-    if first_read and returned:
-        read = sum(int(n) for _, n in returned)
-        span = float(returned[-1][0]) - float(first_read.group(1))
+    reads = _preadv_intervals(text)
+    if reads:
+        read = sum(n for _, _, n in reads)
+        span = _union_seconds([(a, b) for a, b, _ in reads])
         out["restore_pages_gib"] = round(read / 2**30, 3)
         out["restore_pages_s"] = round(span, 3)
         if span > 0:
             out["restore_pages_gb_s"] = round(read / 1e9 / span, 3)
+    out.update(_memfd_phase(text))
     stamps = re.findall(_STAMP, text, flags=re.MULTILINE)
     if stamps:
         out["restore_log_s"] = float(stamps[-1])
+    return out
+
+
+def _preadv_intervals(text: str) -> list[tuple[float, float, int]]:
+    """Each restorer's ``Preadv`` line paired with its process's next return: (start, end, bytes)."""
+    open_at: dict[str, float] = {}
+    out = []
+    for stamp, pid, returned in _PREAD_LINE.findall(text):
+        if not returned:
+            open_at[pid] = float(stamp)
+        elif pid in open_at:
+            out.append((open_at.pop(pid), float(stamp), int(returned)))
+    return out
+
+
+def _union_seconds(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def _memfd_phase(text: str) -> dict[str, float]:
+    first = _MEMFD.search(text)
+    copies = _SELF_READ.findall(text)
+    if not first or not copies:
+        return {}
+    read = sum(int(n) for n in _MEMFD_READ.findall(text)) * PAGE_BYTES
+    span = max(0.0, float(copies[-1]) - float(first.group(1)))
+    out = {"restore_memfd_gib": round(read / 2**30, 3), "restore_memfd_s": round(span, 3)}
+    if span > 0:
+        out["restore_memfd_gb_s"] = round(read / 1e9 / span, 3)
     return out
 
 

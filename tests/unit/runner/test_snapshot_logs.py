@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.experiments.snapshot import STAGES, _stages
 from runner.parse.snapshot_logs import (
     classify,
     cuda_plugin_use,
@@ -110,8 +111,39 @@ H200_RESTORE_PAGES = """\
 def test_a_restore_log_says_how_fast_criu_read_the_pages_in() -> None:
     out = restore_phases(H200_RESTORE_PAGES)
     assert out["restore_pages_gib"] == 4.0  # 2 x (2 GiB - 4 KiB) + 12 KiB
-    assert out["restore_pages_s"] == 4.847 and out["restore_pages_gb_s"] == 0.886
+    # The seconds inside the calls (1.336 + 1.357 + 0.0003), not first call to last return: the
+    # restorer does other work between them (the memfds, below).
+    assert out["restore_pages_s"] == 2.694 and out["restore_pages_gb_s"] == 1.594
     assert "restore_pages_gib" not in restore_phases(H200_RESTORE)  # no -v4 page lines: no figure
+
+
+# From the H200's quiesced 8B-class restore from tmpfs (2026-12-03): the sleep's pinned weights
+# restored as memfds by CRIU's page reader, 159 of them, the first and the last two kept here; two
+# processes' reads overlapping in time count once.
+H200_RESTORE_MEMFDS = """\
+(00.105741)  10148: Restoring memfd id=394
+(00.105742) pie: 10147: \tmmap(0x7ff306cf6000 -> 0x7ff306cfb000, 0x5 0x12 8)
+(00.105800)  10148: pr7530-2 Read 0 262144 pages
+(00.105900)  10148: \tpr7530-2 Read page from self 0/0
+(05.900000)  10148: Restoring memfd id=559
+(05.900100)  10148: pr7530-163 Read 0 262144 pages
+(05.900200)  10148: \tpr7530-163 Read page from self 0/0
+(11.850483)  10148: Restoring memfd id=560
+(11.850524)  10148: pr7530-164 Read 0 256 pages
+(11.851114)  10148: \tpr7530-164 Read page from self 100000/100000
+(12.152007) pie: 10148: Preadv 0x56da0000:8192... (1023 iovs)
+(12.600000) pie: 10079: Preadv 0x22be5000:8097792... (1023 iovs)
+(13.183069) pie: 10148: `- returned 2147479552
+(13.200000) pie: 10079: `- returned 674693120
+"""
+
+
+def test_a_restore_log_says_how_long_criu_spent_on_the_memfds_apart_from_the_pages() -> None:
+    out = restore_phases(H200_RESTORE_MEMFDS)
+    assert out["restore_memfd_gib"] == 2.001 and out["restore_memfd_s"] == 11.745  # (2 x 262144 + 256) pages
+    assert out["restore_memfd_gb_s"] == 0.183
+    assert out["restore_pages_s"] == 1.048  # 12.152 -> 13.2, the two processes' reads overlapping
+    assert "restore_memfd_s" not in restore_phases(H200_RESTORE_PAGES)  # an unquiesced engine: no memfd
 
 
 def test_lazy_pages_stats_count_faults_and_pages() -> None:
@@ -138,3 +170,11 @@ def test_a_file_written_after_the_dump_and_a_format_vllm_cannot_reload_are_named
     reload = ("weights reload after the level-2 wake: POST /collective_rpc answered HTTP 500: "
               '{"error":{"message":"Model reloading with `dummy` format"}} (see server.log)')
     assert classify(reload) == ["weights_reload_unsupported"]
+
+
+def test_a_quiesced_restores_stages_put_the_memfds_apart_from_the_pages_and_the_rest() -> None:
+    record = {"restore_s": 17.744, "restore_to_first_token_s": 18.834, "wake_s": 0.757, "stage_s": 16.529}
+    stages = _stages(record, restore_phases(H200_RESTORE_MEMFDS) | {"restore_gpu_s": 2.772})
+    assert list(stages) == list(STAGES)
+    assert (stages["CRIU memfds"], stages["CRIU pages"], stages["GPU restore"]) == (11.745, 1.048, 2.772)
+    assert stages["CRIU rest"] == 2.179 and stages["first answer"] == 0.333  # 17.744 - 15.565; 18.834 - 18.501
