@@ -69,6 +69,10 @@ RECIPES: dict[str, dict[str, Any]] = {
     "engine_fork": {"cache": "persistent", "page_cache": "warm", "env": {"VLLM_WORKER_MULTIPROC_METHOD": "fork"},
                     "standin": "the stand-in's EngineCore imports next to nothing: it does not model vLLM's "
                                "multiprocessing start method"},
+    # Both: the API server imports from persisted bytecode, and the EngineCore forked from it imports nothing.
+    "bytecode_and_fork": {"cache": "persistent", "page_cache": "warm", "pycache": True,
+                          "env": {"VLLM_WORKER_MULTIPROC_METHOD": "fork"},
+                          "standin": "the stand-in does not model vLLM's multiprocessing start method (engine_fork)"},
 }
 
 

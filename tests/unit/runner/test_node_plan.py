@@ -107,3 +107,21 @@ def test_show_launch_prints_the_engines_shell_line(capsys: pytest.CaptureFixture
     argv = [w for w in words if w not in {f"{k}={v}" for k, v in env.items()}]
     assert argv[:3] == [sys.executable, "-m", "nodetools.standin"]
     assert argv[argv.index("--kv-offloading-backend") + 1] == "native"
+
+
+def test_the_import_remedies_plan_their_changes_and_both_at_once_plans_both() -> None:
+    loaded = load_campaign(REPO / "campaigns/borrowed-h200-imports.yaml")
+    trials = {t.mode: t for t in expand(loaded).trials if t.kind == "startup" and t.repeat == 1}
+    env = {mode: dict((trials[mode].node.launch or {})["env"]) for mode in
+           ("page_cache_warm", "bytecode_persisted", "engine_fork", "bytecode_and_fork")}
+    prefix = "/opt/gpu-campaign/cache/pycache"
+    assert "PYTHONPYCACHEPREFIX" not in env["page_cache_warm"] and "VLLM_WORKER_MULTIPROC_METHOD" not in env[
+        "page_cache_warm"]
+    assert env["bytecode_persisted"]["PYTHONPYCACHEPREFIX"] == prefix
+    assert env["engine_fork"]["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    assert env["bytecode_and_fork"]["PYTHONPYCACHEPREFIX"] == prefix
+    assert env["bytecode_and_fork"]["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    # Its program compiles into the prefix before the start, as bytecode_persisted's does.
+    persisted, both = (list(trials[m].node.commands["trial"]) for m in ("bytecode_persisted", "bytecode_and_fork"))
+    assert "--compile-bytecode" in persisted and "--compile-bytecode" in both
+    assert "--compile-bytecode" not in trials["engine_fork"].node.commands["trial"]
