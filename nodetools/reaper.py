@@ -147,19 +147,22 @@ def reap(root: Path, trial: str | None = None, grace_s: float = 30.0) -> dict[st
     return out
 
 
-SETTINGS_ROOT = "/proc/sys/"  # the only files a lease may ask the reaper to write back
+# The only files a lease may ask the reaper to write back: kernel settings (the snapshot tool's
+# kernel.io_uring_disabled, its transparent huge pages for a restore).
+SETTINGS_ROOTS = ("/proc/sys/", "/sys/kernel/mm/transparent_hugepage/")
 
 
 def restore_settings(lease: dict[str, Any], name: str) -> tuple[list[str], list[str]]:
     """Put back the kernel settings the lease's tool changed for its engine (``restore_on_reap``:
-    path, previous value, what; the snapshot tool's kernel.io_uring_disabled), once nothing it
+    path, previous value, what; the snapshot tool's kernel.io_uring_disabled and THP), once nothing it
     started runs: (what was restored, what was refused and why)."""
     restored, refused = [], []
     for entry in lease.get("restore_on_reap") or []:
         path, value = str(entry.get("path") or ""), str(entry.get("value") or "")
         what = str(entry.get("what") or path)
-        if not path.startswith(SETTINGS_ROOT) or ".." in Path(path).parts or not value:
-            refused.append(f"{name}: restore_on_reap {path!r}: not a /proc/sys setting with a value: left alone")
+        if not path.startswith(SETTINGS_ROOTS) or ".." in Path(path).parts or not value:
+            refused.append(f"{name}: restore_on_reap {path!r}: not a kernel setting (/proc/sys, transparent_hugepage) "
+                           "with a value: left alone")
             continue
         try:
             Path(path).write_text(f"{value}\n")

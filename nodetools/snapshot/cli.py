@@ -26,6 +26,7 @@ from nodetools.snapshot.cuda_checkpoint_mode import CudaCheckpointRun
 from nodetools.snapshot.engine_run import EngineRun
 from nodetools.snapshot.gates import gates
 from nodetools.snapshot.images import CACHE_STATES
+from nodetools.snapshot.kernel_memory import THP_CHOICES
 from nodetools.snapshot.lock import NodeLock
 from nodetools.snapshot.quiesce import LEVELS
 from nodetools.snapshot.vllm_snapshot_mode import VllmSnapshotRun
@@ -68,6 +69,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "after the restore")
     p.add_argument("--stage-dir", type=Path, default=None,
                    help="criu: copy the images into this folder in RAM before each restore, and restore from it")
+    p.add_argument("--thp", default="leave", choices=THP_CHOICES,
+                   help="criu: transparent huge pages (anonymous and shared memory) for the restores, put back "
+                        "afterwards; leave: as the node has them")
 
 
 def _main_gates(argv: list[str]) -> int:

@@ -53,6 +53,7 @@ from nodetools.snapshot import cuda_tool, images
 from nodetools.snapshot.criu_node import choose_network_lock, criu_build, flag_problems, remove_leftover_locks
 from nodetools.snapshot.engine_run import EngineRun
 from nodetools.snapshot.io_uring import IoUringOff
+from nodetools.snapshot.kernel_memory import ThpSetting, read_thp, read_vmstat, vmstat_delta
 from nodetools.snapshot.link_remaps import LinkRemaps
 from nodetools.snapshot.written_files import WrittenFiles
 
@@ -93,6 +94,7 @@ class CriuRun(EngineRun):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.guard: IoUringOff | None = None
+        self.thp: ThpSetting | None = None
         self.lock_method = "skip"
         self.criu_env = dict(os.environ)
         self.dumped = False
@@ -160,6 +162,13 @@ class CriuRun(EngineRun):
         if rc != exitcodes.OK:
             return rc
         self.out["restores"] = []
+        # THP for the restores only (set after the dump: the engine ran as the node had it).
+        self.thp = ThpSetting(self.args.thp, self.timer.claim.lease if self.timer.claim else None)
+        self.out["thp"] = self.thp.record
+        refused = self.thp.apply()
+        if refused:
+            self.out["error"] = refused
+            return exitcodes.DIED
         for index, cache in enumerate(self.args.restore_cache):
             if index:
                 self._stop_restored()
@@ -230,10 +239,13 @@ class CriuRun(EngineRun):
             lazy = _LazyPages(self._argv("lazy-pages", f"lazy-pages-{cache}.log", [], source), self.criu_env,
                               self.args.log.parent / LAZY_SOCKET)
             self.lease_group(lazy.proc.pid, "criu lazy-pages")
+        record["thp"] = read_thp()
+        vmstat = read_vmstat()
         started = time.time()
         lazy_flag = ["--lazy-pages"] if lazy else []
         restore = self._criu("restore", f"restore-{cache}.log", ["-d", *lazy_flag], source)
         record["restore_s"] = round(time.time() - started, 4)
+        record["vmstat"] = vmstat_delta(vmstat, read_vmstat())  # how CRIU's restore brought its pages in
         if restore.returncode != 0:
             if lazy is not None:
                 record["lazy_pages_rc"] = lazy.finish(5)
@@ -274,6 +286,8 @@ class CriuRun(EngineRun):
             reap_adopted_zombies(self.pid)
         if self.guard is not None:
             self.guard.restore()  # after the engine stopped: it was off for the engine's whole life
+        if self.thp is not None:
+            self.thp.restore()
         if self.dumped and not self.restored and self.lock_method != "skip":
             self.out["network_lock_left_after_failure"] = remove_leftover_locks(self.lock_method)
         left = self.remaps.remove_left()

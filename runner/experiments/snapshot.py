@@ -98,6 +98,16 @@ def _stages(record: dict[str, Any], phases: dict[str, float]) -> dict[str, float
     return {name: round(seconds[name], 4) for name in STAGES}
 
 
+def _kernel_memory(restore: dict[str, Any]) -> dict[str, Any]:
+    """How the first restore's pages came in (/proc/vmstat across CRIU's restore call: faults, huge-page
+    faults and fallbacks, shared-memory huge pages) and the THP settings it ran under."""
+    vmstat, thp = restore.get("vmstat") or {}, restore.get("thp") or {}
+    out: dict[str, Any] = {f"restore_{key}": vmstat.get(key) for key in
+                           ("pgfault", "pgmajfault", "thp_fault_alloc", "thp_fault_fallback", "thp_file_alloc")}
+    out["thp_enabled"], out["thp_shmem_enabled"] = thp.get("enabled"), thp.get("shmem_enabled")
+    return out
+
+
 def _criu_metrics(raw: Path, timings: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     restores = timings.get("restores") or []
@@ -122,6 +132,7 @@ def _criu_metrics(raw: Path, timings: dict[str, Any]) -> dict[str, Any]:
         for key in ("image_source", "stage_s", "wake_s", "reload_s"):
             out[key] = first.get(key)
         out["image_resident_fraction"] = first.get("image_resident_fraction")
+        out.update(_kernel_memory(first))
         out["answer_after_restore_s"] = _median(first.get("answers_s") or [])
         out["first_answer_after_restore_s"] = (first.get("answers_s") or [None])[0]
         if "first_token_before_image_read" in first:
@@ -145,6 +156,7 @@ def _criu_metrics(raw: Path, timings: dict[str, Any]) -> dict[str, Any]:
     criu = timings.get("criu") or {}
     if criu.get("version"):  # a development build names its commit
         out["criu_version"] = criu["version"] + (f" ({criu['gitid']})" if criu.get("gitid") else "")
+    out["thp"] = (timings.get("thp") or {}).get("asked")
     return {k: v for k, v in out.items() if v is not None}
 
 

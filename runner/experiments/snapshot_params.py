@@ -62,6 +62,10 @@ class CriuParams(_CriuParams, _Quiesce):
                            description="image_source tmpfs: the folder in RAM the images are copied into (default "
                                        "/dev/shm/<the trial's name>-stage); removed after the trial")
     lazy_pages: bool = Field(default=False, description="restore with criu lazy-pages: memory on demand")
+    thp: Literal["leave", "always", "never"] = Field(
+        default="leave", description="transparent huge pages for anonymous and shared memory during the restores "
+                                     "(set after the dump, put back after the trial; needs root); leave: as the "
+                                     "node has them. Every restore records the settings and its page faults")
     disable_io_uring: bool = Field(default=True, description="kernel.io_uring_disabled=2 for the engine's life")
     answers: int = Field(default=3, ge=0, le=20, description="timed answers before the dump and after each restore")
     keep_images: bool = Field(default=False, description="leave the images on the node (removed by default: tens "

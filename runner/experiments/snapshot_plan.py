@@ -47,6 +47,7 @@ def _tool_options(mode: str, params: Mapping[str, Any]) -> list[str]:
         argv += ["--network-lock", params["network_lock"], "--criu-flags", to_json(list(params["criu_flags"]))]
         argv += ["--lazy-pages"] if params["lazy_pages"] else []
         argv += [] if params["disable_io_uring"] else ["--keep-io-uring"]
+        argv += ["--thp", params["thp"]] if params.get("thp", "leave") != "leave" else []
     if params.get("quiesce", "none") != "none":
         argv += ["--quiesce", params["quiesce"]]
     return argv

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from nodetools.snapshot.criu_node import criu_version
+from nodetools.snapshot.kernel_memory import read_thp
 from runner.cli import main
 
 pytestmark = pytest.mark.integration
@@ -159,9 +160,10 @@ def test_a_quiesced_stand_in_is_dumped_asleep_staged_restored_and_woken(
   - kind: snapshot
     name: level2
     modes:
-      criu: {{criu: {criu}, quiesce: sleep2, disk_read_gb_s: 0.5}}
+      criu: {{criu: {criu}, quiesce: sleep2, disk_read_gb_s: 0.5, thp: never}}
     timeout_s: 180
 """
+    thp_before = read_thp()
     path = write_campaign(text.replace("      cuda_checkpoint:\n", "      cuda_checkpoint: {quiesce: sleep}\n"))
     results = tmp_path / "results"
     assert main([str(path), "--quiet", "--results", str(results)]) == 0
@@ -179,6 +181,14 @@ def test_a_quiesced_stand_in_is_dumped_asleep_staged_restored_and_woken(
     assert level2["status"] == "ok" and level2["quiesce"] == "sleep2" and level2["image_source"] == "disk"
     assert float(level2["reload_s"]) > 0 and float(level2["wake_s"]) > 0
     assert float(asleep["image_gib"]) - float(level2["image_gib"]) >= 0.9 * 64 / 1024  # the weights left out
+    # CRIU's log splits the restore: the sleeping stand-in's weights came back as a memfd, by the page reader.
+    assert float(asleep["restore_memfd_gib"]) >= 0.9 * 64 / 1024 and float(asleep["restore_memfd_s"]) >= 0
+    assert "restore_memfd_gib" not in level2 or not level2["restore_memfd_gib"]  # sleep2 dropped them
+    # How the pages came in (the kernel's counters across CRIU's restore) and under which THP settings.
+    assert int(asleep["restore_pgfault"]) > 0 and asleep["thp"] == "leave"
+    assert asleep["thp_enabled"] == thp_before["enabled"]
+    assert level2["thp"] == "never" and level2["thp_enabled"] == "never" and level2["thp_shmem_enabled"] == "never"
+    assert read_thp() == thp_before  # put back after the trial
     assert r["snapshot.cuda_checkpoint"]["status"] == "skipped" and r["snapshot.cuda_checkpoint"]["quiesce"] == "sleep"
     log = (results / "trials/snapshot.criu.r1@localhost/raw/localhost/server.log").read_text()
     assert "POST /sleep?level=1" in log and log.count("wake up the engine with tags: None") == 2

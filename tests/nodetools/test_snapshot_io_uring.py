@@ -75,7 +75,8 @@ def test_the_reaper_writes_back_only_proc_sys(tmp_path: Path) -> None:
                                  {"path": "/proc/sys/kernel/io_uring_disabled", "value": "", "what": "z"}]}
     restored, refused = restore_settings(lease, "l.json")
     assert restored == [] and len(refused) == 3
-    assert refused[0] == f"l.json: restore_on_reap '{victim}': not a /proc/sys setting with a value: left alone"
+    assert refused[0] == (f"l.json: restore_on_reap '{victim}': not a kernel setting (/proc/sys, "
+                          "transparent_hugepage) with a value: left alone")
     assert victim.read_text() == "keep\n"
 
 

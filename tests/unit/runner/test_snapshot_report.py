@@ -141,7 +141,7 @@ def test_the_section_puts_the_restore_against_the_nodes_rates_and_every_path_sid
     assert row["limit_s"] == "18.224" and row["limit_read_from"] == "mode parameter"
     line = next(li for li in report.splitlines() if li.startswith("| gmu015 | m | none | disk |"))
     assert line == ("| gmu015 | m | none | disk | 22.4 | 21.722 | 1.75 | mode parameter | 5.206 | mode parameter | "
-                    "18.224 |  | 19.09 |  | 19.43 | 1.07 | 39.6 | 2.0 | 4.2 |  |  | 14.1 | 1.7 | 18.3 |")  # unquiesced: no memfd
+                    "18.224 |  | 19.09 |  | 19.43 | 1.07 | 39.6 | 2.0 | 4.2 |  |  | 14.1 | 1.7 | 18.3 |")  # no memfd
     for line in ("| cold start (empty caches) | startup | 145.1 | 1 |",
                  "| start with persisted caches | startup | 39.6 | 1 |",
                  "| wake from sleep | startup | 0.18 | 1 |",
