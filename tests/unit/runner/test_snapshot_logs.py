@@ -118,7 +118,7 @@ def test_a_restore_log_says_how_fast_criu_read_the_pages_in() -> None:
 
 
 # From the H200's quiesced 8B-class restore from tmpfs (2026-12-03): the sleep's pinned weights
-# restored as memfds by CRIU's page reader, 159 of them, the first and the last two kept here; two
+# restored as memfds by CRIU's page reader, 162 of them, the first and the last two kept here; two
 # processes' reads overlapping in time count once.
 H200_RESTORE_MEMFDS = """\
 (00.105741)  10148: Restoring memfd id=394
