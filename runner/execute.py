@@ -187,6 +187,18 @@ def write_extravars(private_data_dir: Path, extravars: dict[str, Any]) -> Path:
     return path
 
 
+def write_playbook_chain(private_data_dir: Path, phase: str, playbooks: list[Path]) -> Path:
+    """A playbook that imports ``playbooks`` in order, so one ansible-playbook runs them all (its
+    start, 1-2 s of CPU, paid once); a host that fails one is left out of the ones after it. The
+    paths are written as the extra vars are (``!unsafe`` where Jinja could start): a folder's name is
+    never templated."""
+    path = private_data_dir / f"{phase}-playbooks.yml"
+    text = yaml.dump([{"ansible.builtin.import_playbook": str(p)} for p in playbooks], Dumper=_UnsafeDumper,
+                     default_flow_style=False, sort_keys=False)
+    atomic_write_text(path, "---\n" + text)
+    return path
+
+
 def host_key_checking(project_dir: Path) -> str:
     """The host-key rule the run must keep: the environment's ``ANSIBLE_HOST_KEY_CHECKING``, else
     ``host_key_checking`` of the project's ansible.cfg, else Ansible's default (check).
@@ -282,8 +294,10 @@ def start_phase(
     cancel: Callable[[], bool],
     lease: str = "",
     on_task: Callable[[str], None] | None = None,
+    before: Path | None = None,
 ) -> RunningPhase:
-    """Start ``playbook`` against ``limit`` in the background; ``wait()`` on the result.
+    """Start ``playbook`` against ``limit`` in the background; ``wait()`` on the result. ``before``:
+    a playbook run first in the same ansible-playbook (:func:`write_playbook_chain`).
 
     ``lease`` marks every process of the run (ansible-playbook, its forked workers, which leave its
     process group, and what they start on a local connection), so ``supervise.reap`` finds them; a
@@ -291,6 +305,8 @@ def start_phase(
     lease = lease or f"phase:{os.getpid()}:{uuid.uuid4().hex}"
     private_data_dir.mkdir(parents=True, exist_ok=True)
     write_extravars(private_data_dir, extravars)
+    if before is not None:
+        playbook = write_playbook_chain(private_data_dir, phase, [before, playbook])
     running = RunningPhase(phase, limit, timeout_s, lease, time.time())
     logger.debug("phase %s: %s on %s", phase, playbook, limit)
     if isinstance(inventory, Path):
