@@ -132,7 +132,8 @@ def _scrub_command_artifact(artifact_dir: Path) -> None:
 
 
 # Where a results folder keeps ansible-runner's private data dirs: trials/<id>/ansible, previous/<id>.<stamp>/ansible,
-# hosts/<host>/ansible (the facts) and hosts/<host>/probe (the liveness probe).
+# hosts/<host>/ansible (the facts, where an older runner read them in a run of their own) and
+# hosts/<host>/probe (the liveness probe).
 _PRIVATE_DATA_DIRS = ("trials/*/ansible", "previous/*/ansible", "hosts/*/ansible", "hosts/*/probe")
 
 

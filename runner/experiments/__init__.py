@@ -15,7 +15,8 @@ _NAMES = ("facts", "selftest", "startup", "offload", "snapshot", "storage")
 
 class _Kinds(MutableMapping[str, ExperimentKind]):
     """The kinds by name, each module imported when its kind is first used: importing all of them
-    cost a campaign's start 0.3 CPU s, most of it kinds the campaign never names."""
+    cost each start of the runner ~0.2 CPU s (2-core machine), most of it kinds the campaign never
+    names."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self._kinds: dict[str, ExperimentKind | None] = dict.fromkeys(names)
