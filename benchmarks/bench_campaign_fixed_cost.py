@@ -6,7 +6,9 @@ process, so the runner's own start (its imports), the host's facts, the trial, i
 report all count. The bare run is ``ansible-playbook`` of ``playbooks/experiments/selftest.yml``
 with the same extra variables, from the repository root (the same ``ansible.cfg``). Runs alternate,
 so load on the machine falls on both alike; the medians and their ratio are printed (the target
-is a campaign within 1.5x the bare playbook).
+is a campaign within 1.5x the bare playbook), with the load average before and after and whether
+Python may cache bytecode: with ``PYTHONDONTWRITEBYTECODE`` set, the runner's own modules (a
+checkout's, never byte-compiled by an install) are compiled again at each start, installed packages' are not.
 
     .venv/bin/python benchmarks/bench_campaign_fixed_cost.py [--runs 5] [--json]
 """
@@ -71,6 +73,7 @@ def _timed(argv: list[str]) -> tuple[float, float]:
 
 def measure(runs: int) -> dict[str, object]:
     bin_dir = Path(sys.executable).parent
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         campaign, extravars = _campaign(work), _extravars(work)
@@ -87,7 +90,8 @@ def measure(runs: int) -> dict[str, object]:
     bare_cpu, runner_cpu = statistics.median(c for _, c in bare), statistics.median(c for _, c in runner)
     # CPU seconds too: on a shared machine the wall time depends on what else runs, and the campaign's
     # two playbooks overlap only where a core is free.
-    return {"runs": runs, "load_average": os.getloadavg()[0], "bare_ansible_playbook_s": round(bare_s, 3),
+    return {"runs": runs, "load_average_before": round(load_before, 2), "load_average": round(os.getloadavg()[0], 2),
+            "bytecode_cache": not sys.flags.dont_write_bytecode, "bare_ansible_playbook_s": round(bare_s, 3),
             "one_trial_campaign_s": round(runner_s, 3), "ratio": round(runner_s / bare_s, 2),
             "bare_cpu_s": round(bare_cpu, 2), "campaign_cpu_s": round(runner_cpu, 2), "target_ratio": TARGET_RATIO,
             "bare_all_s": [round(w, 3) for w, _ in bare], "campaign_all_s": [round(w, 3) for w, _ in runner]}
@@ -102,7 +106,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"load average {result['load_average']:.2f}; medians of {result['runs']} alternating runs")
+    print(f"load average {result['load_average_before']:.2f} before, {result['load_average']:.2f} after; medians of "
+          f"{result['runs']} alternating runs; bytecode cache {'on' if result['bytecode_cache'] else 'off'}")
     print(f"bare ansible-playbook {PLAYBOOK}: {result['bare_ansible_playbook_s']:.2f} s")
     print(f"one-trial campaign (python -m runner, facts, trial, record, report): "
           f"{result['one_trial_campaign_s']:.2f} s")

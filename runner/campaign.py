@@ -24,10 +24,10 @@ from runner.errors import ResultsWriteError
 from runner.execute import PhaseResult, RunningPhase, scrub_command_artifacts, start_phase
 from runner.experiments import KINDS
 from runner.experiments.base import ExperimentKind, Phase, TrialContext
-from runner.host_checks import PREFLIGHT_TIMEOUT_S, PROBE_TIMEOUT_S, gather_facts, host_answers
+from runner.host_checks import HOST_FACTS_PLAYBOOK, PROBE_TIMEOUT_S, HostFacts, host_answers
 from runner.inventory import Inventory
 from runner.livelog import LogFollower, start_following
-from runner.overlap import EarlyRun, Overlap, Turn, start_early
+from runner.overlap import EarlyRun, Overlap, Turn
 from runner.plan import Plan, Trial, node_python
 from runner.progress import Progress
 from runner.provenance import REPO_ROOT, collect_stamp
@@ -104,12 +104,13 @@ def _start_follower(ctx: _Ctx, trial: Trial, phase: Phase, extravars: dict[str, 
 
 
 def _start(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, extravars: dict[str, Any],
-           on_task: Callable[[str], None], timeout_s: float, cancel: Callable[[], bool]) -> RunningPhase:
+           on_task: Callable[[str], None], timeout_s: float, cancel: Callable[[], bool],
+           before: Path | None = None) -> RunningPhase:
     return start_phase(
         phase=phase.name, playbook=REPO_ROOT / phase.playbook, project_dir=REPO_ROOT,
         private_data_dir=trial_dir / "ansible", inventory=ctx.loaded.inventory, limit=trial.host,
         extravars=extravars, timeout_s=timeout_s, cancel=cancel, lease=lease_id(ctx.store.root, trial.id),
-        on_task=on_task,
+        on_task=on_task, before=before,
     )
 
 
@@ -141,9 +142,9 @@ def _start_early(ctx: _Ctx, trial: Trial, wait_s: float) -> EarlyRun:
 
 
 def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, extravars: dict[str, Any],
-                        overlap: Overlap, early: EarlyRun | None = None) -> PhaseResult:
-    """One phase through ansible-runner (or the one started early: its turn now), tailing the node's
-    log for the display meanwhile."""
+                        overlap: Overlap, early: EarlyRun | None = None, before: Path | None = None) -> PhaseResult:
+    """One phase through ansible-runner (or the one started early: its turn now), after ``before``
+    in the same run (the host's facts), tailing the node's log for the display meanwhile."""
 
     def on_task(task: str) -> None:
         ctx.progress.task(trial.id, task)
@@ -154,7 +155,8 @@ def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, 
         if early is not None:
             early.go(on_task)
             return early.wait()
-        return _start(ctx, trial, phase, trial_dir, extravars, on_task, trial.timeout_s, ctx.stop.is_set).wait()
+        return _start(ctx, trial, phase, trial_dir, extravars, on_task, trial.timeout_s, ctx.stop.is_set,
+                      before).wait()
     finally:
         if follower is not None:
             follower.stop()
@@ -168,15 +170,16 @@ def _skip_reason(trial_dir: Path) -> str | None:
     return text.strip() or "skipped by the playbook"
 
 
-def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_error: str,
-               early: EarlyRun | None = None, next_trial: Trial | None = None) -> tuple[TrialStatus, EarlyRun | None]:
-    """Run ``trial`` (its first phase already started when ``early``); returns its status and the
-    next trial's run if one of this trial's phases started it early."""
+def _run_trial(ctx: _Ctx, trial: Trial, host: HostFacts, early: EarlyRun | None = None,
+               next_trial: Trial | None = None) -> tuple[TrialStatus, EarlyRun | None]:
+    """Run ``trial`` (its first phase already started when ``early``; its first phase reads the
+    host's facts first while they are ``pending``); returns its status and the next trial's run if
+    one of this trial's phases started it early."""
     kind = KINDS[trial.kind]
     trial_dir = early.trial_dir if early is not None else ctx.store.begin_trial(trial.id)
     record: TrialRecord = {
         **trial.as_dict(), "status": TrialStatus.RUNNING, "reason": "", "phases": [], "metrics": {},
-        "engine_label": (trial.engine or {}).get("kind", "none"), "host_facts": facts,
+        "engine_label": (trial.engine or {}).get("kind", "none"), "host_facts": host.facts,
         "started": time.time(),
     }
     ctx.store.save_trial(trial.id, record)
@@ -184,31 +187,34 @@ def _run_trial(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, preflight_
     extravars = _extravars(ctx, trial, trial_dir)
     if early is None:
         ctx.store.make_dir(trial_dir / "raw" / trial.host)  # the playbooks' fetch target, by contract
-    overlap = _overlap(ctx, next_trial if not preflight_error else None, trial.timeout_s)
+    overlap = _overlap(ctx, next_trial if not host.error else None, trial.timeout_s)
     try:
-        return _run_phases(ctx, trial, kind, trial_dir, record, extravars, preflight_error, early, overlap), \
-            overlap.early
+        return _run_phases(ctx, trial, kind, trial_dir, record, extravars, host, early, overlap), overlap.early
     except BaseException:  # the next trial's early run must not outlive this one's failure
         overlap.cancel()
         raise
 
 
 def _run_phases(ctx: _Ctx, trial: Trial, kind: ExperimentKind, trial_dir: Path, record: TrialRecord,
-                extravars: dict[str, Any], preflight_error: str, early: EarlyRun | None,
+                extravars: dict[str, Any], host: HostFacts, early: EarlyRun | None,
                 overlap: Overlap) -> TrialStatus:
     """The trial's phases, its status and reason, its record saved."""
     failures = []
     canceled = lost = False
-    if preflight_error:
-        failures.append(preflight_error)
-    for index, phase in enumerate(kind.phases if not preflight_error else ()):
+    if host.error:
+        failures.append(host.error)
+    for index, phase in enumerate(kind.phases if not host.error else ()):
         # The first phase always runs (the folder is new: a skip.txt there is its own, written by a
         # run let go early, which may have ended before this trial's turn came).
         if index > 0 and (failures or canceled or _skip_reason(trial_dir) is not None) and not phase.always:
             continue
         ctx.progress.phase(trial.id, phase.name)
         first_early = early if index == 0 else None
-        result = _run_phase_followed(ctx, trial, phase, trial_dir, extravars, overlap, first_early)
+        reads_facts = index == 0 and early is None and host.pending
+        result = _run_phase_followed(
+            ctx, trial, phase, trial_dir,
+            {**extravars, "exp_host_facts_dest": str(host.dest(trial_dir))} if reads_facts else extravars,
+            overlap, first_early, HOST_FACTS_PLAYBOOK if reads_facts else None)
         phase_record = result.as_dict()
         if first_early is not None:
             phase_record["waited_for_turn_s"] = first_early.waited_s()
@@ -217,6 +223,12 @@ def _run_phases(ctx: _Ctx, trial: Trial, kind: ExperimentKind, trial_dir: Path, 
         if not result.ok and not canceled:
             failures.append(result.failures[0].one_line() if result.failures else result.status)
             lost = lost or any(f.kind in ("unreachable", "timeout") for f in result.failures)
+        if reads_facts:
+            host.settle(trial_dir, result)
+            record["host_facts"] = host.facts
+            if host.error:  # the host is given up for this run: its other trials fail with the reason
+                failures.insert(0, host.error)
+                lost = False
     if early is not None and early.go_at is None:  # its first phase never came: nothing of it ran
         early.cancel()
     skip = _skip_reason(trial_dir)
@@ -268,33 +280,17 @@ def _record_not_tried(ctx: _Ctx, trial: Trial, facts: dict[str, Any] | None, rea
     return TrialStatus.FAILED
 
 
-def _start_first_early(ctx: _Ctx, trials: list[Trial]) -> EarlyRun | None:
-    """The host's first trial, started while the preflight gathers the facts (an ``ansible-playbook``
-    start costs 1.4-2.1 s on the H200): only a trial whose first playbook waits for its turn. Its
-    turn comes once the facts are read, or at once for a trial that does not need the node alone."""
-    if not trials or not KINDS[trials[0].kind].phases[0].waits_for_turn or ctx.stop.is_set():
-        return None
-    return start_early(lambda: _start_early(ctx, trials[0], PREFLIGHT_TIMEOUT_S + 60), trials[0].id,
-                       "after the preflight")
-
-
 def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     counts: dict[str, int] = {}
     if ctx.stop.is_set():
         return counts
+    facts = HostFacts(ctx.store, host)  # read by the first trial's first run (runner/host_checks.py)
     early: EarlyRun | None = None
     try:
-        early = _start_first_early(ctx, trials)
-        if early is not None and not trials[0].resources.exclusive:
-            early.let_go()  # it leaves the node as it finds it: it runs beside the facts' read, not after it
-        facts, preflight_error = gather_facts(ctx.store, ctx.loaded, host, ctx.stop)
-        if early is not None:
-            if preflight_error or ctx.stop.is_set():
-                early.cancel()  # nothing of it ran on the node: its turn never came
-                early = None
-            else:
-                early.let_go()
         for index, trial in enumerate(trials):
+            if facts.error and early is not None:  # the host's facts were not read: nothing more of it runs
+                early.cancel()
+                early = None
             # Let go while the trial before it copied its files: it runs already, and is recorded.
             running = early is not None and early.go_at is not None
             if ctx.stop.is_set() and not running:
@@ -303,12 +299,12 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
                 if early is not None:
                     early.cancel()
                     early = None
-                status = _record_not_tried(ctx, trial, facts, ctx.dead_hosts[host])
+                status = _record_not_tried(ctx, trial, facts.facts, ctx.dead_hosts[host])
             else:
                 following = trials[index + 1] if index + 1 < len(trials) else None
                 mine, early = early, None  # the trial owns its early run from here on
                 try:
-                    status, early = _run_trial(ctx, trial, facts, preflight_error, mine, following)
+                    status, early = _run_trial(ctx, trial, facts, mine, following)
                 except BaseException:
                     if mine is not None:  # not given its turn: nothing ran; let go already: it is stopped
                         mine.cancel()

@@ -1,46 +1,75 @@
-"""A host's checks around its trials: its facts gathered once per run (the preflight), and, after
-an unreachable host or a timed-out phase, whether it still answers within seconds (the probe)."""
+"""A host's checks around its trials: its facts read once per run (the preflight), and, after an
+unreachable host or a timed-out phase, whether it still answers within seconds (the probe).
+
+The facts are read by the host's first trial of the run, in its first ansible-playbook: the runner
+runs ``host_facts.yml`` and that trial's first playbook as one (``execute.start_phase``'s
+``before``), so a one-trial campaign starts one ansible-playbook, not two (each start costs 1-2 s
+of CPU), and the facts are still read first, on a node at rest. Its run writes them into the
+trial's folder; the runner moves them to ``hosts/<host>/facts.json`` once the run ends, so that
+file, once there, was read by this run (an earlier run's file stays until then). A host whose facts
+could not be read fails that trial with the reason and its other trials without running them.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.execute import run_phase
-from runner.experiments.facts import PLAYBOOK as FACTS_PLAYBOOK
-from runner.plan import remote_dir
+from runner.errors import ResultsWriteError
+from runner.execute import PhaseResult, run_phase
 from runner.provenance import REPO_ROOT
 from runner.spec import LoadedCampaign
-from runner.store import ResultsStore
+from runner.store import FACTS_SHAPE, ResultsStore
 from runner.supervise import lease_id
 
-__all__ = ["PREFLIGHT_TIMEOUT_S", "PROBE_TIMEOUT_S", "gather_facts", "host_answers"]
+__all__ = ["HOST_FACTS_PLAYBOOK", "PROBE_TIMEOUT_S", "HostFacts", "host_answers"]
 
+HOST_FACTS_PLAYBOOK = REPO_ROOT / "playbooks/experiments/host_facts.yml"
 PROBE_PLAYBOOK = "playbooks/experiments/probe.yml"
-PREFLIGHT_TIMEOUT_S = 300
 PROBE_TIMEOUT_S = 30
+PREFLIGHT_FAILED = "host preflight failed"
 
 
-def gather_facts(store: ResultsStore, loaded: LoadedCampaign, host: str,
-                 cancel: threading.Event) -> tuple[dict[str, Any] | None, str]:
-    """The host's facts (``hosts/<host>/facts.json``), or the reason its preflight failed: an
-    unreachable host fails all its trials at once."""
-    host_dir = store.make_dir(store.root / "hosts" / host)
-    store.read_facts(host)  # an earlier file that cannot be used (a FIFO, a link) is moved aside first
-    dest = host_dir / "facts.json"
-    result = run_phase(
-        phase="preflight", playbook=REPO_ROOT / FACTS_PLAYBOOK, project_dir=REPO_ROOT,
-        private_data_dir=host_dir / "ansible", inventory=loaded.inventory, limit=host,
-        extravars={"exp_facts_dest": str(dest), "exp_results_dir": str(host_dir),
-                   "exp_remote_dir": remote_dir(loaded, host, "preflight"), "exp_turn_file": "",
-                   "exp_turn_timeout_s": 0},
-        timeout_s=PREFLIGHT_TIMEOUT_S, cancel=cancel, lease=lease_id(store.root, f"preflight@{host}"),
-    )
-    if not result.ok:
-        reason = result.failures[0].one_line() if result.failures else result.status
-        return None, f"host preflight failed: {reason}"
-    return store.read_facts(host), ""
+@dataclass
+class HostFacts:
+    """A host's facts in this run: ``pending`` until its first trial's first phase has run, then
+    ``facts`` (``hosts/<host>/facts.json``) or ``error``, the reason every trial of it fails."""
+
+    store: ResultsStore
+    host: str
+    pending: bool = True
+    facts: dict[str, Any] | None = None
+    error: str = ""
+
+    def dest(self, trial_dir: Path) -> Path:
+        """Where the first trial's run writes the facts (``exp_host_facts_dest``): the trial's
+        folder is new, so a file there was written by this run."""
+        return trial_dir / "ansible" / "host_facts.json"
+
+    def settle(self, trial_dir: Path, result: PhaseResult) -> None:
+        """After the first trial's first phase: keep the facts its run read, or say why there are none."""
+        self.pending = False
+        fresh = self.dest(trial_dir)
+        written = os.path.lexists(fresh)
+        self.facts = self.store.read_json(fresh.relative_to(self.store.root), FACTS_SHAPE)  # bounded, typed
+        if self.facts is None:
+            if written:
+                why = f"its facts ({fresh.name}) could not be used: {'; '.join(self.store.problems[-1:])}"
+            elif result.failures:
+                why = result.failures[0].one_line()
+            else:
+                why = f"no facts were written (the run was {result.status})"
+            self.error = f"{PREFLIGHT_FAILED}: {why}"
+            return
+        host_dir = self.store.make_dir(self.store.root / "hosts" / self.host)
+        self.store.read_facts(self.host)  # an earlier file that cannot be replaced (a folder) is moved aside
+        try:
+            fresh.replace(host_dir / "facts.json")
+        except OSError as exc:
+            raise ResultsWriteError(host_dir / "facts.json", exc) from exc
 
 
 def host_answers(root: Path, loaded: LoadedCampaign, host: str, cancel: threading.Event) -> bool:

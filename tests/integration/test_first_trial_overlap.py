@@ -1,5 +1,5 @@
-"""The host's first trial is started while its facts are read: one that does not need the node
-alone is given its turn at once (it runs beside the read), one that does waits for the facts."""
+"""The host's first trial reads the host's facts in its own Ansible run, before its own tasks: one
+ansible-playbook start for a one-trial campaign, not one for the facts and one for the trial."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_first_trial_that_shares_the_node_does_not_wait_for_the_facts(tmp_path: Path) -> None:
+def _events(phase: dict[str, object]) -> list[dict[str, object]]:
+    folder = Path(str(phase["artifact_dir"])) / "job_events"
+    events = [json.loads(p.read_text()) for p in folder.glob("*.json")]
+    return sorted(events, key=lambda e: int(e["counter"]))
+
+
+def test_the_first_trial_reads_the_facts_in_its_own_run_before_its_tasks(tmp_path: Path) -> None:
     campaign = tmp_path / "c.yaml"
     campaign.write_text(f"""\
 name: overlap
@@ -29,6 +35,16 @@ experiments:
     assert main([str(campaign), "--quiet", "--no-follow", "--results", str(results)]) == 0
     first, second = (json.loads((results / "trials" / f"selftest.noop.r{r}@localhost" / "trial.json").read_text())
                      for r in (1, 2))
-    assert first["phases"][0]["waited_for_turn_s"] < 0.5  # let go as it started, not after the facts' read
-    assert "waited_for_turn_s" not in second["phases"][0]  # the second one starts in its turn
-    assert first["host_facts"] == json.loads((results / "hosts/localhost/facts.json").read_text())
+    facts = json.loads((results / "hosts/localhost/facts.json").read_text())
+    assert first["host_facts"] == second["host_facts"] == facts and facts["memory"]["total_bytes"] > 0
+    # No Ansible run of its own for the facts: the first trial's run read them, then ran its playbook.
+    assert not (results / "hosts/localhost/ansible").exists()
+    assert not (results / "trials/selftest.noop.r1@localhost/ansible/host_facts.json").exists()  # moved
+    tasks = [str(e["event_data"]["task"]) for e in _events(first["phases"][0])  # type: ignore[index]
+             if e["event"] == "playbook_on_task_start"]
+    read = next(i for i, t in enumerate(tasks) if t.startswith("read_facts | Read GPUs"))
+    assert read < tasks.index("Reach the node and do nothing (the overhead baseline includes one round trip)")
+    assert "waited_for_turn_s" not in first["phases"][0]  # started in its turn: nothing to wait for
+    # The second reads no facts of its own: they are read once per host and run.
+    assert not any(str(e["event_data"].get("task", "")).startswith("read_facts |")  # type: ignore[union-attr]
+                   for e in _events(second["phases"][0]))

@@ -270,8 +270,8 @@ experiments:
     records = [json.loads(p.read_text()) for p in results.glob("trials/*/trial.json")]
     by_host = {h: [r for r in records if r["host"] == h] for h in ("h1", "h2")}
     assert [r["status"] for r in by_host["h1"]] == ["ok"] * 4
-    # The first trial runs beside the facts' read (it does not need the node alone): it may be over
-    # before the freeze. Every later one fails.
+    # The first trial reads the facts in its own run (facts.json is in place once that run ends): it
+    # is over before the freeze. Every later one fails.
     later = [r for r in by_host["h2"] if not r["id"].startswith("selftest.sleep.r1@")]
     assert len(later) == 3 and all(r["status"] == "failed" for r in later)
     assert sum(r["reason"].startswith("not tried: host h2 stopped answering") for r in by_host["h2"]) >= 2

@@ -9,7 +9,6 @@ import json
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -120,10 +119,10 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
     records = [json.loads(t.read_text()) for t in sorted((results / "trials").glob("*/trial.json"))]
     records.sort(key=lambda rec: rec["started"])
     early = [rec for rec in records if rec["phases"] and "waited_for_turn_s" in rec["phases"][0]]
-    assert [rec["id"] for rec in early] == [rec["id"] for rec in records]  # every kind's first playbook waits
-    # The first started while the host's preflight gathered the facts, before its trial began.
-    assert records[0]["phases"][0]["started"] < records[0]["started"]
-    assert records[0]["phases"][0]["waited_for_turn_s"] > 0
+    assert [rec["id"] for rec in early] == [rec["id"] for rec in records[1:]]  # every kind's first playbook waits
+    # The first read the host's facts in its own Ansible run, before its own tasks (runner/host_checks.py).
+    assert records[0]["host_facts"] == json.loads((results / "hosts/localhost/facts.json").read_text())
+    assert not (results / "hosts/localhost/ansible").exists()
     assert records[-1]["kind"] == "selftest"
     for before, after in itertools.pairwise(records):
         assert after["phases"][0]["started"] < before["ended"] <= after["started"], (before["id"], after["id"])
@@ -199,20 +198,9 @@ def test_engine_that_fails_to_start_is_a_failed_row_with_its_error_and_a_clean_n
 
 
 def test_a_host_whose_preflight_fails_runs_nothing_of_its_first_trial(write_campaign: Callable[[str], Path],
-                                                                     tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # The first trial's Ansible run starts while the preflight runs (runner/campaign.py); a preflight
-    # that fails cancels it before its first task touches the node, and every trial is a failed row.
-    from runner import campaign as campaign_module
-
-    started: list[str] = []
-    real_start_early = campaign_module._start_early
-
-    def spy(ctx: Any, trial: Any, wait_s: float) -> Any:  # records the call, runs the real start
-        started.append(trial.id)
-        return real_start_early(ctx, trial, wait_s)
-
-    monkeypatch.setattr(campaign_module, "_start_early", spy)
+                                                                     tmp_path: Path) -> None:
+    # The host's first trial reads the facts in its own Ansible run, before its own play: a host whose
+    # facts cannot be read is left out of that play, and every trial of it is a failed row.
     path = write_campaign(campaign(tmp_path, [("gone", "disk_cold", 2)]))
     (tmp_path / "inventory" / "hosts.yml").write_text(f"""\
 all:
@@ -227,9 +215,11 @@ all:
     assert main([str(path), "--quiet", "--results", str(results)]) == 1
     r = rows(results)
     assert [r[t]["status"] for t in ("disk_cold.r1", "disk_cold.r2")] == ["failed", "failed"]
-    assert r["disk_cold.r1"]["reason"].startswith("host preflight failed: ")
-    trial = json.loads((results / "trials/gone.disk_cold.r1@gone/trial.json").read_text())
-    assert trial["phases"] == []  # the early run was cancelled, not recorded as a phase of it
-    assert not (results / "trials/gone.disk_cold.r1@gone/ansible").exists()
-    assert not (tmp_path / "remote").exists()
-    assert started == ["gone.disk_cold.r1@gone"]  # it was started, during the preflight, then cancelled
+    assert r["disk_cold.r1"]["reason"].startswith("host preflight failed: unreachable in phase trial: gone: "
+                                                  "task 'read_facts | Read GPUs")
+    assert r["disk_cold.r2"]["reason"].startswith(r["disk_cold.r1"]["reason"].split(";")[0])
+    first = json.loads((results / "trials/gone.disk_cold.r1@gone/trial.json").read_text())
+    second = json.loads((results / "trials/gone.disk_cold.r2@gone/trial.json").read_text())
+    assert [p["status"] for p in first["phases"]] == ["failed"] and second["phases"] == []  # r2 never started
+    assert first["host_facts"] is None and not (results / "hosts/gone/facts.json").exists()
+    assert not (tmp_path / "remote").exists()  # nothing of the trial's own play ran

@@ -1,6 +1,5 @@
-"""Every kind's first phase waits for its turn, so the runner can start it while the host's facts
-are read (a one-trial campaign no longer pays for the facts playbook and the trial's
-ansible-playbook start one after the other) or while the trial before it collects."""
+"""Every kind's first phase waits for its turn, so the runner can start it while the trial before it
+collects (its ansible-playbook start, 1-2 s, is not paid after that trial)."""
 
 from __future__ import annotations
 
