@@ -1,4 +1,4 @@
-"""The exit codes of every node tool (coldstart, snapshot, offload_run, preflight, pagecache, reap, h2d_copy).
+"""The exit codes of every node tool (coldstart, snapshot, offload_run, preflight, pagecache, reap, h2d_copy, ram_read).
 
 One table, so a playbook or a person reading ``rc=N`` knows what happened whichever tool it was:
 

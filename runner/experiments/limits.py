@@ -4,8 +4,10 @@ An offload tier's GB/s means little alone: against the node's pinned host-to-GPU
 (``h2d_copy``) it says how close the tier came to the PCIe link, against its disk read rate (fio's
 ``buffered_read`` or ``seq_read_direct``) how close a file-system tier came to the disk. A CRIU
 restore's seconds compare with ``image bytes / read rate + GPU bytes / host-to-GPU rate``, the read
-rate the disk's or, for images in RAM, a fio read whose target is on tmpfs (``ram_read``: the
-filesystem from the host's facts in the trial record, else a target under /dev/shm).
+rate the disk's or, for images in RAM (staged in tmpfs, or in the page cache), RAM's (``ram_read``):
+the ``ram_read`` mode's (a file in RAM read back by threads, no fio needed; the most threads measured,
+as the most parallel read is the limit), else a fio read whose target is on tmpfs (the filesystem
+from the host's facts in the trial record, else a target under /dev/shm).
 
 ``node_limits(root)`` reads the trial records (``trials/<id>/trial.json``) of one results folder
 directly, so a kind's report section can call it without the results store (a layer above the
@@ -23,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DISK_READ_MODES", "NodeLimits", "Rate", "host_limits", "node_limits", "transfer_limit"]
+__all__ = ["DISK_READ_MODES", "RAM_READ_MODES", "NodeLimits", "Rate", "host_limits", "node_limits", "transfer_limit"]
 
 DISK_READ_MODES = ("buffered_read", "seq_read_direct")  # through the page cache first: what a file read sees
+_RAM_MODE = "ram_read"
+RAM_READ_MODES = (_RAM_MODE, *DISK_READ_MODES)  # the RAM reader first: made for it, its threads named
 _COPY_MODE = "h2d_copy"
 _MAX_RECORD_BYTES = 16 << 20
 _GPU, _HOST, _DISK = "gpu", "host", "disk"
@@ -43,6 +47,7 @@ class Rate:
 
     gb_s: float
     source: str  # e.g. "h2d_copy h2d pinned, GPU 0 NVIDIA H200 (0000:19:00.0)" or "fio buffered_read /mnt/data/fio"
+    #              or "ram_read /dev/shm/gpu-campaign-ram-read (tmpfs), 4 threads"
     trials: int
 
 
@@ -54,7 +59,7 @@ class NodeLimits:
     copies: Mapping[tuple[str, str], Rate] = field(default_factory=dict)  # (h2d|d2h, pinned|pageable) -> rate
     disk_reads: Mapping[str, Rate] = field(default_factory=dict)  # fio mode -> rate (targets on a disk)
     not_measured: Mapping[str, str] = field(default_factory=dict)
-    ram_reads: Mapping[str, Rate] = field(default_factory=dict)  # fio mode -> rate (targets on tmpfs)
+    ram_reads: Mapping[str, Rate] = field(default_factory=dict)  # ram_read, or fio mode on tmpfs -> rate
 
     def copy(self, direction: str = "h2d", memory: str = "pinned") -> Rate | None:
         return self.copies.get((direction, memory))
@@ -62,8 +67,9 @@ class NodeLimits:
     def disk_read(self, prefer: tuple[str, ...] = DISK_READ_MODES) -> Rate | None:
         return next((self.disk_reads[m] for m in prefer if m in self.disk_reads), None)
 
-    def ram_read(self, prefer: tuple[str, ...] = DISK_READ_MODES) -> Rate | None:
-        """A fio read of files in RAM (tmpfs): what reading an image staged there can reach."""
+    def ram_read(self, prefer: tuple[str, ...] = RAM_READ_MODES) -> Rate | None:
+        """A read of a file in RAM (``ram_read``, else fio on tmpfs): what reading an image staged there,
+        or in the page cache, can reach."""
         return next((self.ram_reads[m] for m in prefer if m in self.ram_reads), None)
 
 
@@ -106,6 +112,7 @@ def node_limits(root: Path) -> dict[str, NodeLimits]:
     reads: dict[str, dict[str, list[tuple[float, str]]]] = {}
     ram: dict[str, dict[str, list[tuple[float, str]]]] = {}
     missing: dict[str, dict[str, str]] = {}
+    ram_by_threads: dict[str, dict[int, list[tuple[float, str]]]] = {}  # ram_read trials, by their threads
     for record in _records(root):
         host, mode = str(record.get("host", "")), str(record.get("mode", ""))
         metrics, params = record.get("metrics") or {}, record.get("params") or {}
@@ -118,10 +125,17 @@ def node_limits(root: Path) -> dict[str, NodeLimits]:
                 if (m := re.fullmatch(r"(h2d|d2h)_(pinned|pageable)_gb_s", key)) and (rate := _number(value)):
                     copies.setdefault(host, {}).setdefault((m[1], m[2]), []).append(
                         (rate, f"h2d_copy {m[1]} {m[2]}, {where}"))
+        elif mode == _RAM_MODE and (rate := _number(metrics.get("gb_s"))):
+            threads = metrics.get("threads") if isinstance(metrics.get("threads"), int) else 0
+            source = (f"ram_read {metrics.get('target') or params.get('target')} ({metrics.get('fs_type') or '?'}), "
+                      f"{threads} thread{'' if threads == 1 else 's'}")
+            ram_by_threads.setdefault(host, {}).setdefault(threads, []).append((rate, source))
         elif mode in DISK_READ_MODES and (rate := _number(metrics.get("gb_s"))):
             target = str(params.get("target", ""))
             found = ram if _on_ram(target, record.get("host_facts")) else reads
             found.setdefault(host, {}).setdefault(mode, []).append((rate, f"fio {mode} {target}"))
+    for host, by_threads in ram_by_threads.items():  # the most parallel read measured is RAM's limit
+        ram.setdefault(host, {})[_RAM_MODE] = by_threads[max(by_threads)]
     hosts = sorted({*copies, *reads, *ram, *missing})
     out = {}
     for host in hosts:

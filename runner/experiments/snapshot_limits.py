@@ -5,8 +5,9 @@ pinned host-to-GPU copy rate`` (decimal GB/s, as fio and the reference campaign 
 
 - where: ``disk`` with the page cache dropped reads the disk (the mode's ``disk_read_gb_s``, else
   the host's ``storage`` read of a disk, buffered first); an image in RAM (``tmpfs``: staged there
-  or dumped there, or a ``warm`` restore's page cache) reads memory (``tmpfs_read_gb_s``, else a
-  ``storage`` read whose target is on tmpfs);
+  or dumped there, or a ``warm`` restore's page cache) reads memory (``tmpfs_read_gb_s``, else the
+  host's ``storage`` ``ram_read``, which needs no fio, else a fio ``storage`` read whose target is on
+  tmpfs: ``NodeLimits.ram_read``);
 - GPU bytes: what the engine held on the GPU at the dump (CRIU's CUDA plugin puts it back), plus,
   quiesced at level 1, the weights the wake copies back from host memory (the sleep's growth of
   the engine's host memory; an engine without GPU memory, the stand-in, copies nothing);

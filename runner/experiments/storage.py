@@ -17,8 +17,12 @@ trial with the job's parameters and those figures.
 host memory on one GPU (``nodetools/h2d_copy.py``, ctypes over the driver's libcuda): the PCIe
 rate a KV offload tier or a CUDA checkpoint restore can reach. It fetches ``raw/<host>/h2d_copy.json``;
 ``storage.csv`` gets one row per direction and memory kind (``gb_s`` over the median repeat). A
-node without an NVIDIA driver or GPU skips the trial with that reason. Other kinds read these
-figures through :mod:`runner.experiments.limits`.
+node without an NVIDIA driver or GPU skips the trial with that reason.
+
+``ram_read`` measures RAM's read rate with no fio (``nodetools/ram_read.py``: a file in tmpfs, or
+the page cache, read back by threads; :mod:`runner.experiments.storage_ram`): what a restore of an
+image staged in RAM can reach. It fetches ``raw/<host>/ram_read.json``; ``storage.csv`` gets one row.
+Other kinds read these figures through :mod:`runner.experiments.limits`.
 """
 
 from __future__ import annotations
@@ -36,11 +40,12 @@ from nodetools.h2d_copy import DIRECTIONS, MAX_SIZE_MIB, MEMORY_KINDS
 from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
 from runner.experiments.node_plan import NodePlan, reap_argv
+from runner.experiments.storage_ram import RAM_MODE, RAM_RAW, RamReadParams, ram_read_metrics, ram_row, ram_table
 from runner.parse.fio import parse_fio_json, summarize
 from runner.records import TrialRecord
 
 __all__ = ["H2D_RAW", "KIND", "PLAYBOOK", "STORAGE_MODES", "BufferedReadParams", "H2DCopyParams",
-           "SeqReadDirectParams", "h2d_copy_metrics", "storage_metrics"]
+           "RamReadParams", "SeqReadDirectParams", "h2d_copy_metrics", "storage_metrics"]
 
 PLAYBOOK = "playbooks/experiments/storage.yml"
 _SIZE = r"^[1-9][0-9]*[KMGTP]?$"  # fio's sizes, base 2: 512M, 16G
@@ -158,6 +163,8 @@ def _collect(ctx: TrialContext) -> dict[str, Any]:
     assert ctx.trial_dir is not None
     if ctx.mode == H2D_MODE:
         return h2d_copy_metrics(ctx.trial_dir / "raw" / ctx.host / H2D_RAW)
+    if ctx.mode == RAM_MODE:
+        return ram_read_metrics(ctx.trial_dir / "raw" / ctx.host / RAM_RAW)
     path = ctx.trial_dir / "raw" / ctx.host / f"fio-{ctx.mode}.json"
     return storage_metrics(parse_fio_json(path), str(path))
 
@@ -167,16 +174,21 @@ _METRIC_COLUMNS = ("gb_s", "bw_bytes", "iops", "clat_p50_us", "clat_p99_us", "cl
                    "io_bytes", "runtime_ms", "fio_version")
 # h2d_copy rows: the copy's own figures and the GPU they were measured on (empty in fio rows).
 _COPY_COLUMNS = ("gb_s_max", "seconds_median", "copy_repeats", "gpu", "gpu_name", "pci_bus_id", "driver_version")
+# ram_read rows: the timed passes of the trial and the target's filesystem (empty in the others).
+_RAM_COLUMNS = ("passes", "fs_type")
 # The directions in words, for the report.
 DIRECTION_WORDS = {"h2d": "host → GPU", "d2h": "GPU → host", "read": "disk → host"}
 
 
 def _rows(record: TrialRecord) -> list[dict[str, Any]]:
-    """One row per fio trial (``direction`` read); per h2d_copy trial one row per direction and
-    memory kind, or one row with its reason when it did not finish ok."""
+    """One row per fio or ram_read trial (``direction`` read); per h2d_copy trial one row per direction
+    and memory kind, or one row with its reason when it did not finish ok."""
     params = record.get("params") or {}
     metrics = (record.get("metrics") or {}) if record.get("status") == "ok" else {}
-    row: dict[str, Any] = dict.fromkeys((*_PARAM_COLUMNS, "direction", "memory", *_METRIC_COLUMNS, *_COPY_COLUMNS))
+    row: dict[str, Any] = dict.fromkeys((*_PARAM_COLUMNS, "direction", "memory", *_METRIC_COLUMNS, *_COPY_COLUMNS,
+                                         *_RAM_COLUMNS))
+    if record.get("mode") == RAM_MODE:
+        return [ram_row(row, params, metrics)]
     if record.get("mode") == H2D_MODE:
         row.update(size=f"{params.get('size_mib')}M", copy_repeats=params.get("repeats"), gpu=params.get("gpu"))
         if not metrics:
@@ -240,8 +252,13 @@ def _copy_table(ok: pd.DataFrame) -> list[str]:
 
 def _section(frame: pd.DataFrame, _root: Path) -> str:
     copies = frame[frame["mode"] == H2D_MODE]
-    fio = frame[frame["mode"] != H2D_MODE]
-    title = "Storage (fio) and host-GPU copies" if len(copies) else "Storage (fio)"
+    ram = frame[frame["mode"] == RAM_MODE]
+    fio = frame[~frame["mode"].isin((H2D_MODE, RAM_MODE))]
+    parts = [*(["RAM reads"] if len(ram) else []), *(["host-GPU copies"] if len(copies) else [])]
+    if len(fio) or not len(ram):  # a campaign of copies alone keeps the heading it always had
+        parts.insert(0, "Storage (fio)")
+    title = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    title = title if title.startswith("Storage") else f"Storage: {title}"
     lines = [f"\n## {title}\n"]
     if len(fio):
         lines.append("Reference: the reference campaign's fio sequential read on the 12 TB NVMe RAID0 was "
@@ -250,6 +267,11 @@ def _section(frame: pd.DataFrame, _root: Path) -> str:
                      "full rows in `storage.csv`.\n")
         fio_ok = fio[fio["status"] == "ok"]
         lines.extend(_fio_table(fio_ok) if len(fio_ok) else ["_no fio trial finished ok_\n"])
+    ram_ok = ram[ram["status"] == "ok"]
+    if len(ram_ok):
+        lines.extend(ram_table(ram_ok))
+    elif len(ram):
+        lines.append("\n### RAM reads (`ram_read`)\n\n_no ram_read trial finished ok_\n")
     copies_ok = copies[copies["status"] == "ok"]
     if len(copies_ok):
         lines.extend(_copy_table(copies_ok))
@@ -266,12 +288,14 @@ def _resources(ctx: TrialContext) -> Resources:
     # A storage baseline needs the node's disks, and a copy its GPU and PCIe link, to itself.
     if ctx.mode == H2D_MODE:
         return Resources(gpus=(int(ctx.params.get("gpu", 0)),), exclusive=True)
+    if ctx.mode == RAM_MODE:  # the file lies in RAM while it is read (tmpfs, or the page cache)
+        return Resources(exclusive=True, host_ram_gib=round(int(ctx.params["size_mib"]) / 1024, 2))
     return Resources(exclusive=True)
 
 
 def _node_plan(ctx: TrialContext) -> NodePlan:
-    """The reap (a stray fio of an earlier attempt too: --clear-users) and the copy timer's argv;
-    the fio job itself is the fio role's."""
+    """The reap (a stray fio of an earlier attempt too: --clear-users), the copy timer's and the RAM
+    reader's argv; the fio job itself is the fio role's."""
     paths = ctx.node_paths()
     commands = {"reap": reap_argv(paths, clear_users=True)}
     if ctx.mode == H2D_MODE:
@@ -280,6 +304,10 @@ def _node_plan(ctx: TrialContext) -> NodePlan:
         commands["h2d_probe"] = [*tool, "--probe", "--gpu", gpu]
         commands["h2d_copy"] = [*tool, "--size-mib", str(ctx.params["size_mib"]), "--repeats",
                                 str(ctx.params["repeats"]), "--gpu", gpu, "--out", paths.file(H2D_RAW)]
+    elif ctx.mode == RAM_MODE:
+        commands["ram_read"] = [paths.python, "-m", "nodetools.ram_read", "--target", str(ctx.params["target"]),
+                                "--size-mib", str(ctx.params["size_mib"]), "--threads", str(ctx.params["threads"]),
+                                "--repeats", str(ctx.params["repeats"]), "--out", paths.file(RAM_RAW)]
     return NodePlan(commands=commands)
 
 
@@ -287,9 +315,10 @@ KIND = ExperimentKind(
     name="storage",
     doc="docs/storage.md",
     summary="the node's transfer limits: fio on the data filesystem (direct sequential read, the reference "
-            "campaign's 13.5 GB/s, and buffered read) and host-GPU copies (pinned and pageable)",
+            "campaign's 13.5 GB/s, and buffered read), RAM's read rate without fio and host-GPU copies (pinned "
+            "and pageable)",
     phases=(Phase("run", PLAYBOOK, waits_for_turn=True),),
-    modes={m.MODE: m for m in (SeqReadDirectParams, BufferedReadParams, H2DCopyParams)},
+    modes={m.MODE: m for m in (SeqReadDirectParams, BufferedReadParams, H2DCopyParams, RamReadParams)},
     default_modes=("seq_read_direct", "buffered_read"),
     resources=_resources,
     collect=_collect,

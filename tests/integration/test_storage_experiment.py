@@ -1,5 +1,6 @@
 """The ``storage`` kind end to end on the local inventory: real fio, the fio role's ``run`` entry
-point through ansible-runner, the JSON fetched and parsed into ``storage.csv``; and the
+point through ansible-runner, the JSON fetched and parsed into ``storage.csv``; the ``ram_read``
+mode of campaigns/storage-local.yaml (no fio: a file in /dev/shm read back by threads); and the
 ``h2d_copy`` mode, skipped with its reason on this machine without a GPU, and run over the FAKE
 libcuda of tests/nodetools/fake_libcuda.c.
 
@@ -24,6 +25,7 @@ from runner.experiments.limits import node_limits
 from tests.nodetools.fake_cuda import compile_fake
 
 pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -182,3 +184,26 @@ def test_h2d_copy_over_the_fake_driver_measures_parses_and_reports(write_campaig
     pinned = sorted(float(r["gb_s"]) for r in rows if (r["direction"], r["memory"]) == ("h2d", "pinned"))
     assert limits.copy("h2d", "pinned") is not None
     assert limits.copy("h2d", "pinned").gb_s == pytest.approx(sum(pinned) / 2, abs=1e-3)
+
+
+def test_ram_read_of_the_local_rehearsal_measures_ram_with_no_fio(tmp_path: Path) -> None:
+    # campaigns/storage-local.yaml itself, its ram_read trial alone, its node folder under tmp_path.
+    results = tmp_path / "results"
+    assert main([str(REPO / "campaigns" / "storage-local.yaml"), "--quiet", "--results", str(results),
+                 "--only", "storage.ram_read", "-e", f"remote_dir={tmp_path / 'remote'}"]) == 0
+    [row] = list(csv.DictReader((results / "storage.csv").open()))
+    assert (row["mode"], row["status"], row["direction"], row["memory"], row["fs_type"]) == (
+        "ram_read", "ok", "read", "ram", "tmpfs")
+    assert float(row["gb_s"]) > 0 and float(row["gb_s_max"]) >= float(row["gb_s"])
+    assert (row["target"], row["size"], row["numjobs"], row["passes"]) == ("/dev/shm/gpu-campaign-ram-read", "64M",
+                                                                         "2", "3")
+    trial = results / "trials" / "storage.ram_read.r1@localhost"
+    raw = json.loads((trial / "raw" / "localhost" / "ram_read.json").read_text())
+    assert raw["verified"] is True and raw["size_bytes"] == 64 * 2**20 and len(raw["seconds"]) == 3
+    report = (results / "report.md").read_text()
+    assert "### RAM reads (`ram_read`)" in report and "| localhost | /dev/shm/gpu-campaign-ram-read (tmpfs) | ram |" \
+        in report
+    # What a snapshot trial's limit reads for an image in RAM.
+    ram = node_limits(results)["localhost"].ram_read()
+    assert ram is not None and ram.gb_s == float(row["gb_s"])
+    assert ram.source == "ram_read /dev/shm/gpu-campaign-ram-read (tmpfs), 2 threads"

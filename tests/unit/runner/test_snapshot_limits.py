@@ -63,3 +63,61 @@ def test_a_rate_nothing_measured_leaves_the_limit_empty_and_no_gpu_needs_no_copy
     assert restore_limit(standin, {"disk_read_gb_s": 0.5}, None)["limit_s"] == round(0.05 * GIB / 1e9 / 0.5, 3)
     assert "limit_s" not in restore_limit({**standin, "gpu_gib": 2.0}, {"disk_read_gb_s": 0.5}, None)
     assert restore_limit({}, {"disk_read_gb_s": 0.5}, None) == {}  # no image: nothing to bound
+
+
+def test_a_ram_read_trial_gives_a_tmpfs_restore_its_limit_without_fio(tmp_path: Path) -> None:
+    # The borrowed H200 has no fio: its fio read of /dev/shm is skipped, and ram_read measures RAM instead.
+    root = tmp_path / "results"
+    _trial(root, "limits.h2d_copy.r1@h200", mode="h2d_copy", params={"gpu": 0},
+           metrics={"gpu": 0, "gpu_name": "NVIDIA H200", "pci_bus_id": "0000:00:06.0", "h2d_pinned_gb_s": 55.485})
+    _trial(root, "limits_tmpfs.buffered_read.r1@h200", mode="buffered_read", status="skipped",
+           reason="fio is not installed on h200", params={"target": "/dev/shm/gpu-campaign-fio"})
+    for name, threads, rate in (("limits_ram", 4, 11.0), ("limits_ram_1thread", 1, 6.0)):
+        _trial(root, f"{name}.ram_read.r1@h200", mode="ram_read", params={"target": "/dev/shm/gpu-campaign-ram-read"},
+               metrics={"gb_s": rate, "threads": threads, "fs_type": "tmpfs",
+                        "target": "/dev/shm/gpu-campaign-ram-read"})
+    limits = host_limits(root, "h200")
+    assert limits is not None
+    # The most parallel read is RAM's limit; the 1-thread trial stands beside it in storage.csv only.
+    ram = limits.ram_read()
+    assert ram is not None and (ram.gb_s, ram.trials) == (11.0, 1)
+    assert ram.source == "ram_read /dev/shm/gpu-campaign-ram-read (tmpfs), 4 threads"
+    assert limits.disk_read() is None and "buffered_read" in limits.not_measured
+    # The 0.8B engine's restore_tmpfs row of the H200 report (its limit was empty): now a figure.
+    metrics = {"image_gib": 5.309, "gpu_gib": 1.72, "sleep_host_gib": 1.65, "quiesce": "sleep",
+               "gpu_mem_mib_awake": 128900, "image_source": "tmpfs", "restore_cache": "dropped"}
+    out = restore_limit(metrics, {}, limits)
+    assert out["limit_read_gb_s"] == 11.0
+    assert out["limit_read_from"] == "storage: ram_read /dev/shm/gpu-campaign-ram-read (tmpfs), 4 threads"
+    assert out["limit_s"] == round(5.309 * GIB / 1e9 / 11.0 + 3.37 * GIB / 1e9 / 55.485, 3)
+    # A warm restore reads the page cache: RAM's rate too; the image on disk with the cache dropped does not.
+    assert restore_limit({**metrics, "image_source": "disk", "restore_cache": "warm"}, {}, limits)[
+        "limit_read_gb_s"] == 11.0
+    assert "limit_s" not in restore_limit({**metrics, "image_source": "disk"}, {}, limits)
+    # The mode's own tmpfs_read_gb_s still wins.
+    assert restore_limit(metrics, {"tmpfs_read_gb_s": 9.0}, limits)["limit_read_from"] == "mode parameter"
+
+
+def test_ram_read_comes_before_a_fio_read_on_tmpfs_and_either_fills_the_gap(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    _trial(root, "shm.buffered_read.r1@h200", mode="buffered_read", params={"target": "/dev/shm/fio"},
+           metrics={"gb_s": 8.0})
+    limits = host_limits(root, "h200")
+    assert limits is not None and limits.ram_read() is not None and limits.ram_read().source == (
+        "fio buffered_read /dev/shm/fio")
+    _trial(root, "ram.ram_read.r1@h200", mode="ram_read", params={"target": "/dev/shm/x"},
+           metrics={"gb_s": 10.0, "threads": 1, "fs_type": "tmpfs", "target": "/dev/shm/x"})
+    _trial(root, "ram.ram_read.r2@h200", mode="ram_read", params={"target": "/dev/shm/x"},
+           metrics={"gb_s": 12.0, "threads": 1, "fs_type": "tmpfs", "target": "/dev/shm/x"})
+    limits = host_limits(root, "h200")
+    assert limits is not None
+    assert limits.ram_read() is not None and (limits.ram_read().gb_s, limits.ram_read().trials) == (11.0, 2)
+    assert limits.ram_read().source == "ram_read /dev/shm/x (tmpfs), 1 thread"
+    assert set(limits.ram_reads) == {"ram_read", "buffered_read"}
+    # A failed ram_read leaves no rate, and says why while nothing else measured RAM.
+    other = tmp_path / "other"
+    _trial(other, "ram.ram_read.r1@h200", mode="ram_read", status="failed", reason="ram_read: --size-mib 4096: ...",
+           params={})
+    limits = host_limits(other, "h200")
+    assert limits is not None and limits.ram_read() is None
+    assert limits.not_measured == {"ram_read": "failed: ram_read: --size-mib 4096: ..."}
