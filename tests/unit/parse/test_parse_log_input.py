@@ -329,6 +329,29 @@ def test_every_handled_message_holds_a_keyword(line: str) -> None:
     assert vllm_log._keyword_lines(line.encode() + b"\n") == [(0, len(line.encode()))]
 
 
+def test_keyword_lines_are_the_lines_that_hold_a_keyword() -> None:
+    """The one-pass scan (pivot bytes translated to one) picks the same lines as a plain ``in`` per keyword,
+    in every fixture, with each keyword also planted at a line's start, middle and end."""
+    planted = "".join(f"{word}\nx {word} y\n- {word}" + "\n" for word in vllm_log._KEYWORDS)
+    texts = [path.read_bytes() for path in sorted(LOGS.rglob("*.log"))] + [planted.encode()]
+    keywords = [word.encode() for word in vllm_log._KEYWORDS]
+    for text in texts:
+        starts = [0, *(i + 1 for i, byte in enumerate(text) if byte == 0x0A)]
+        expected = [
+            (start, end)
+            for start, end in zip(starts, [*(s - 1 for s in starts[1:]), len(text)], strict=True)
+            if any(word in text[start:end] for word in keywords)
+        ]
+        assert vllm_log._keyword_lines(text) == expected
+    assert vllm_log._keyword_lines(b"took\nKV cache\nshutdown\nEngine Core\n\x01\x02 " * 100) == []
+
+
+def test_a_keyword_without_a_pivot_byte_is_refused_when_the_parser_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_log, "_KEYWORDS", ("Kernel panic",))
+    with pytest.raises(ValueError, match="'Kernel panic' holds none of the pivot bytes"):
+        vllm_log._keyword_regex()
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -369,6 +392,6 @@ def test_dropping_shutdown_keywords_after_the_first_shutdown_changes_nothing(
     path.write_bytes(b"".join(p.read_bytes() for p in sorted((LOGS / "real").glob("*.log"))) * 3)
     monkeypatch.setattr(vllm_log, "_CHUNK", 4096)
     fast = parse_log_file(path)
-    monkeypatch.setattr(vllm_log, "_KW_BYTES_AFTER_SHUTDOWN", vllm_log._KW_BYTES)
+    monkeypatch.setattr(vllm_log, "_KW_FIND_AFTER_SHUTDOWN", vllm_log._KW_FIND)
     assert parse_log_file(path) == fast
     assert fast["shutdown_seen"] is True
