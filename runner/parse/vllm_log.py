@@ -115,10 +115,10 @@ a prompt saying "took" in a request log is not one). The keywords are found per 
 passes: ``bytes.translate`` turns every *pivot* byte (a few bytes, one of them in each keyword)
 into ``\\x01``, then one regex that starts with that literal byte (the fastest scan ``re`` has)
 checks the keywords, translated the same way, at each one; only those lines are decoded, unwrapped
-and go through the prefix and message regexes. After the first shutdown line the shutdown keywords are dropped (later ones cannot
-change the record). First and last timestamps come from a few lines at each end of a chunk,
-else from a scan for the ``HH:MM:SS`` shape. ANSI codes are assumed not to split a message
-keyword or a timestamp (vLLM and docker colour the level and prefixes, not messages).
+and go through the prefix and message regexes. After the first shutdown line the shutdown keywords
+are dropped (later ones cannot change the record). First and last timestamps come from a few lines
+at each end of a chunk, else from a scan for the ``HH:MM:SS`` shape. ANSI codes are assumed not to
+split a message keyword or a timestamp (vLLM and docker colour the level and prefixes, not messages).
 """
 
 from __future__ import annotations
