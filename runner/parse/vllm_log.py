@@ -1114,6 +1114,7 @@ def _decode(raw: bytes) -> str:
 # byte, the fast scan in ``re``; ANSI codes are assumed not to split a timestamp).
 _TS_SHAPE = re.compile(rb":\d\d:\d\d(?<=\d\d-\d\d \d\d:\d\d:\d\d)")
 _WALK = 16  # lines looked at one by one at each end of a chunk before the timestamp scan
+_BACK_WINDOW = 16 * 1024  # bytes scanned at a time for the last timestamp, back from a chunk's end
 
 
 def _forward_lines(chunk: bytes) -> Iterator[tuple[int, int]]:
@@ -1144,12 +1145,14 @@ def _backward_lines(chunk: bytes) -> Iterator[tuple[int, int]]:
         start = chunk.rfind(b"\n", 0, end) + 1
         yield start, end
         end = start - 1
-    if end < 0:
-        return
-    starts = sorted({chunk.rfind(b"\n", 0, m.start()) + 1 for m in _TS_SHAPE.finditer(chunk, 0, end)})
-    for start in reversed(starts):
-        stop = chunk.find(b"\n", start)
-        yield start, end if stop < 0 else stop
+    # Then back a window at a time (a chunk whose every line has the shape, as behind a line shipper's
+    # own stamp, is not scanned whole when its last prefixed line is near its end).
+    while end > 0:
+        low = chunk.rfind(b"\n", 0, max(0, end - _BACK_WINDOW)) + 1  # a line's start
+        starts = sorted({chunk.rfind(b"\n", 0, m.start()) + 1 for m in _TS_SHAPE.finditer(chunk, low, end)})
+        for start in reversed(starts):
+            yield start, chunk.find(b"\n", start)  # found: chunk[end] is the newline before the lines walked
+        end = low - 1
 
 
 class _Edges:

@@ -385,6 +385,20 @@ def test_edge_timestamps_skip_lines_that_only_look_like_them() -> None:
     assert (result["first_ts"], result["last_ts"]) == ("11-29 10:00:01.000", "11-29 10:00:02.250")
 
 
+@pytest.mark.parametrize("noise_lines", [20, 300, 301, 2_000, 9_000])
+def test_last_timestamp_is_found_back_through_any_number_of_scan_windows(noise_lines: int) -> None:
+    """Lines that have the timestamp's shape but no prefix (a line shipper's stamp before text that is not
+    vLLM's) fill the end of the chunk: the last prefixed line is found however far back it is."""
+    noise = "".join(f"2026-11-29 23:59:{i % 60:02d},{i % 1000:03d} Route: /v1/x{i}\n" for i in range(noise_lines))
+    text = (
+        f"{PREFIX}Loading weights took 1.00 seconds\n"
+        + "(APIServer pid=1) INFO 11-29 10:00:02.250 [a.py:1] last prefixed line\n"
+        + noise
+    )
+    result = parse_log_text(text)
+    assert (result["first_ts"], result["last_ts"]) == ("11-29 14:43:27.000", "11-29 10:00:02.250")
+
+
 def test_dropping_shutdown_keywords_after_the_first_shutdown_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
