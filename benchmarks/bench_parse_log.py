@@ -238,7 +238,8 @@ def _run_child(path: Path | None, impl: str | None) -> dict[str, Any]:
         cmd += ["--impl", impl]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO)
     if done.returncode != 0:
-        raise SystemExit(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"child exit {done.returncode}")
+        last = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise SystemExit(f"the timed child failed: {last[0]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
