@@ -827,9 +827,8 @@ class _Collector:
         """Keep the hit rates of the newest stats line that has them (entries may be dropped)."""
         for out_key, fields in _LAST_HIT_FIELDS:
             for field in fields:
-                value = entry.get(field)
-                if value is not None:
-                    self.last_hit[out_key] = value
+                if field in entry:
+                    self.last_hit[out_key] = entry[field]
                     break
 
     def _v0_prefix_hit(self, msg: str, ts: str | None, _proc: str | None) -> bool:
