@@ -28,7 +28,10 @@ turn). One line per format: MB/s (best of ``--repeat``) by wall time and by the 
 
 ``--gzip`` compresses each log; ``--impl FILE`` times another copy of ``vllm_log.py`` (e.g.
 ``git show HEAD~1:runner/parse/vllm_log.py > /tmp/old.py``) for a before/after comparison; it
-imports the rest of ``runner`` from this checkout.
+imports the rest of ``runner`` from this checkout. ``--impl DIR`` imports all of ``runner`` from a
+folder that holds an older one (``mkdir /tmp/old && git archive HEAD~3 runner | tar -x -C /tmp/old``),
+for a change that spans the parser's modules. The header and the last line give the load average:
+other jobs on the machine lower the wall-clock figures, less so those by CPU time.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import argparse
 import gzip
 import importlib.util
 import json
+import os
 import random
 import resource
 import shutil
@@ -199,10 +203,15 @@ def write_log(path: Path, target_mb: float, corpus: str = "real", fmt: str = "ba
 
 def _load_parser(impl: str | None) -> Callable[[Path], dict[str, Any]]:
     sys.path.insert(0, str(REPO))
-    if impl is None:
-        from runner.parse.vllm_log import parse_log_file
+    folder = impl if impl is not None and Path(impl).is_dir() else None
+    if folder is not None:
+        sys.path.insert(0, folder)  # an older runner/ package: it comes first
+    if impl is None or folder is not None:
+        from runner.parse import vllm_log
 
-        return parse_log_file
+        if folder is not None and not Path(vllm_log.__file__).is_relative_to(folder):
+            raise SystemExit(f"--impl {folder}: no runner/parse/vllm_log.py there")
+        return vllm_log.parse_log_file
     spec = importlib.util.spec_from_file_location("vllm_log_impl", impl)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -227,7 +236,10 @@ def _run_child(path: Path | None, impl: str | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", str(path or "")]
     if impl:
         cmd += ["--impl", impl]
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO)
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise SystemExit(f"the timed child failed: {last[0]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -268,7 +280,8 @@ def main() -> None:
                         help=f"comma-separated, from: {', '.join(FORMATS)} (default: {','.join(DEFAULT_FORMATS)})")
     parser.add_argument("--gzip", action="store_true", help="parse a gzip-compressed copy")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs, each in a fresh process (best is reported)")
-    parser.add_argument("--impl", type=lambda p: str(Path(p).resolve()), help="time this copy of vllm_log.py instead")
+    parser.add_argument("--impl", type=lambda p: str(Path(p).resolve()),
+                        help="time this copy of vllm_log.py, or the runner/ package in this folder, instead")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
@@ -277,9 +290,14 @@ def main() -> None:
     baseline = _run_child(None, args.impl)["maxrss_kib"]
     print(f"corpus {args.corpus}, ~{args.mb:g} MB per format{', gzip' if args.gzip else ''}, "
           f"best of {args.repeat}, parser: {args.impl or 'runner.parse.vllm_log'}, "
-          f"baseline after import {baseline / 1024:.0f} MiB")  # fmt: skip
+          f"baseline after import {baseline / 1024:.0f} MiB, {_load()}")  # fmt: skip
     for fmt in args.format:
         print(_bench(fmt, args, baseline), flush=True)
+    print(f"{_load()} at the end, {os.cpu_count()} CPUs")
+
+
+def _load() -> str:
+    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 if __name__ == "__main__":

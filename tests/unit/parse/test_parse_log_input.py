@@ -329,6 +329,29 @@ def test_every_handled_message_holds_a_keyword(line: str) -> None:
     assert vllm_log._keyword_lines(line.encode() + b"\n") == [(0, len(line.encode()))]
 
 
+def test_keyword_lines_are_the_lines_that_hold_a_keyword() -> None:
+    """The one-pass scan (pivot bytes translated to one) picks the same lines as a plain ``in`` per keyword,
+    in every fixture, with each keyword also planted at a line's start, middle and end."""
+    planted = "".join(f"{word}\nx {word} y\n- {word}" + "\n" for word in vllm_log._KEYWORDS)
+    texts = [path.read_bytes() for path in sorted(LOGS.rglob("*.log"))] + [planted.encode()]
+    keywords = [word.encode() for word in vllm_log._KEYWORDS]
+    for text in texts:
+        starts = [0, *(i + 1 for i, byte in enumerate(text) if byte == 0x0A)]
+        expected = [
+            (start, end)
+            for start, end in zip(starts, [*(s - 1 for s in starts[1:]), len(text)], strict=True)
+            if any(word in text[start:end] for word in keywords)
+        ]
+        assert vllm_log._keyword_lines(text) == expected
+    assert vllm_log._keyword_lines(b"took\nKV cache\nshutdown\nEngine Core\n\x01\x02 " * 100) == []
+
+
+def test_a_keyword_without_a_pivot_byte_is_refused_when_the_parser_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_log, "_KEYWORDS", ("Kernel panic",))
+    with pytest.raises(ValueError, match="'Kernel panic' holds none of the pivot bytes"):
+        vllm_log._keyword_regex()
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -362,6 +385,20 @@ def test_edge_timestamps_skip_lines_that_only_look_like_them() -> None:
     assert (result["first_ts"], result["last_ts"]) == ("11-29 10:00:01.000", "11-29 10:00:02.250")
 
 
+@pytest.mark.parametrize("noise_lines", [20, 300, 301, 2_000, 9_000])
+def test_last_timestamp_is_found_back_through_any_number_of_scan_windows(noise_lines: int) -> None:
+    """Lines that have the timestamp's shape but no prefix (a line shipper's stamp before text that is not
+    vLLM's) fill the end of the chunk: the last prefixed line is found however far back it is."""
+    noise = "".join(f"2026-11-29 23:59:{i % 60:02d},{i % 1000:03d} Route: /v1/x{i}\n" for i in range(noise_lines))
+    text = (
+        f"{PREFIX}Loading weights took 1.00 seconds\n"
+        + "(APIServer pid=1) INFO 11-29 10:00:02.250 [a.py:1] last prefixed line\n"
+        + noise
+    )
+    result = parse_log_text(text)
+    assert (result["first_ts"], result["last_ts"]) == ("11-29 14:43:27.000", "11-29 10:00:02.250")
+
+
 def test_dropping_shutdown_keywords_after_the_first_shutdown_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -369,6 +406,6 @@ def test_dropping_shutdown_keywords_after_the_first_shutdown_changes_nothing(
     path.write_bytes(b"".join(p.read_bytes() for p in sorted((LOGS / "real").glob("*.log"))) * 3)
     monkeypatch.setattr(vllm_log, "_CHUNK", 4096)
     fast = parse_log_file(path)
-    monkeypatch.setattr(vllm_log, "_KW_BYTES_AFTER_SHUTDOWN", vllm_log._KW_BYTES)
+    monkeypatch.setattr(vllm_log, "_KW_FIND_AFTER_SHUTDOWN", vllm_log._KW_FIND)
     assert parse_log_file(path) == fast
     assert fast["shutdown_seen"] is True
