@@ -27,7 +27,6 @@ Other kinds read these figures through :mod:`runner.experiments.limits`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -41,6 +40,7 @@ from runner.errors import ParseError
 from runner.experiments.base import ExperimentKind, KindReport, ModeParams, Phase, Resources, TrialContext
 from runner.experiments.node_plan import NodePlan, reap_argv
 from runner.experiments.storage_ram import RAM_MODE, RAM_RAW, RamReadParams, ram_read_metrics, ram_row, ram_table
+from runner.experiments.tool_json import read_tool_json
 from runner.parse.fio import parse_fio_json, summarize
 from runner.records import TrialRecord
 
@@ -108,14 +108,7 @@ def h2d_copy_metrics(path: Path) -> dict[str, Any]:
     """The trial's figures from h2d_copy's JSON: ``<direction>_<memory>_gb_s`` (over the median repeat),
     ``..._gb_s_max`` (the fastest) and ``..._s`` (the median seconds), and the GPU they were measured on."""
     source = str(path)
-    try:
-        if path.stat().st_size > _MAX_RAW_BYTES:
-            raise ParseError(source, f"larger than {_MAX_RAW_BYTES} bytes: not h2d_copy's output")
-        record = json.loads(path.read_text())
-    except OSError as exc:
-        raise ParseError(source, f"cannot read it: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise ParseError(source, f"not JSON: {exc}") from exc
+    record = read_tool_json(path, "h2d_copy", _MAX_RAW_BYTES)
     if not isinstance(record, dict) or not isinstance(record.get("copies"), list):
         raise ParseError(source, "no 'copies' list: not h2d_copy's output")
     if record.get("verified") is not True:

@@ -11,7 +11,6 @@ bounded by this rate: :mod:`runner.experiments.limits` files it among the host's
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
 from nodetools.ram_read import DEFAULT_TARGET, MAX_REPEATS, MAX_SIZE_MIB, MAX_THREADS
 from runner.errors import ParseError
 from runner.experiments.base import ModeParams
+from runner.experiments.tool_json import read_tool_json
 
 __all__ = ["RAM_MODE", "RAM_RAW", "RamReadParams", "ram_read_metrics", "ram_row", "ram_table"]
 
@@ -65,14 +65,7 @@ def ram_read_metrics(path: Path) -> dict[str, Any]:
     """The trial's figures from ram_read's JSON: ``gb_s`` (over the median pass), ``gb_s_max`` (the
     fastest), ``seconds_median``, and what was read: ``size_bytes``, ``threads``, ``fs_type``, ``target``."""
     source = str(path)
-    try:
-        if path.stat().st_size > _MAX_RAW_BYTES:
-            raise ParseError(source, f"larger than {_MAX_RAW_BYTES} bytes: not ram_read's output")
-        record = json.loads(path.read_text())
-    except OSError as exc:
-        raise ParseError(source, f"cannot read it: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise ParseError(source, f"not JSON (truncated?): {exc}") from exc
+    record = read_tool_json(path, "ram_read", _MAX_RAW_BYTES)
     if not isinstance(record, dict) or record.get("tool") != "nodetools.ram_read":
         raise ParseError(source, "not ram_read's output (no 'tool': 'nodetools.ram_read')")
     if record.get("verified") is not True:
