@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import http.server
+import importlib.util
 import json
 import subprocess
 import sys
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -156,3 +163,76 @@ def test_it_prints_the_folder_the_role_looks_in_by_the_roles_own_formula(tmp_pat
     rendered = Templar(loader=loader, variables=variables).template(variables["__vllm_images_local"])
     assert printed == str(rendered).strip()
     assert printed.startswith("/srv/wh/cp3")
+
+
+# --- --sdist: a package's source distribution carried in the wheelhouse, for a build on the node ---
+
+def test_sdist_from_a_find_links_folder_lands_in_the_wheelhouse_once(tmp_path: Path, index: Path) -> None:
+    (index / "whtest_app-1.0.tar.gz").write_bytes(b"MOCK sdist")
+    (index / "whtest_app-1.1.tar.gz").write_bytes(b"another version")
+    done = build(tmp_path, index, "--sdist", "whtest-app==1.0", "whtest-app==1.0")
+    assert done.returncode == 0, done.stderr
+    wanted = tmp_path / "wh" / "whtest_app-1.0.tar.gz"
+    digest = hashlib.sha256(b"MOCK sdist").hexdigest()
+    assert f"sdist: {wanted} (from {index}; sha256 {digest})" in done.stdout.splitlines()
+    assert wanted.read_bytes() == b"MOCK sdist" and not (tmp_path / "wh" / "whtest_app-1.1.tar.gz").exists()
+    assert done.stdout.splitlines()[-1].startswith("role looks in: ")  # still the last line
+    again = build(tmp_path, index, "--sdist", "whtest-app==1.0", "whtest-app==1.0")
+    assert f"sdist: {wanted} (already there; sha256 {digest})" in again.stdout.splitlines()
+
+
+def test_sdist_missing_or_malformed_says_where_it_looked(tmp_path: Path, index: Path) -> None:
+    missing = build(tmp_path, index, "--sdist", "whtest-app==1.0", "whtest-app==1.0")
+    assert missing.returncode == 2
+    assert f"build_wheelhouse: no source distribution of whtest-app==1.0 in {index}" in missing.stderr
+    bad = build(tmp_path, index, "--sdist", "whtest-app", "whtest-app==1.0")
+    assert bad.returncode == 2 and "--sdist 'whtest-app': write NAME==VERSION" in bad.stderr
+
+
+def _fetch_sdist() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fetch_sdist", BUILDER.with_name("fetch_sdist.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def simple_index(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A PEP 503 index over real HTTP on this machine: /simple/whtest-src/ links to a wheel, another
+    version's sdist and whtest_src-2.0.tar.gz (a relative link, with its sha256)."""
+    root = tmp_path / "served"
+    (root / "files").mkdir(parents=True)
+    (root / "files" / "whtest_src-2.0.tar.gz").write_bytes(b"MOCK sdist 2.0")
+    digest = hashlib.sha256(b"MOCK sdist 2.0").hexdigest()
+    page = root / "simple" / "whtest-src"
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(
+        '<html><body><a href="../../files/whtest_src-2.0-py3-none-any.whl">w</a>'
+        '<a href="../../files/whtest_src-1.0.tar.gz">old</a>'
+        f'<a href="../../files/whtest_src-2.0.tar.gz#sha256={digest}">whtest_src-2.0.tar.gz</a></body></html>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *_: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple/", root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_sdist_from_an_index_is_fetched_and_checked_against_its_sha256(tmp_path: Path,
+                                                                       simple_index: tuple[str, Path]) -> None:
+    fetch_sdist = _fetch_sdist()
+    url, root = simple_index
+    said = fetch_sdist.fetch("whtest_src==2.0", tmp_path / "wh", ["--index-url", url])
+    assert said.startswith(f"sdist: {tmp_path / 'wh' / 'whtest_src-2.0.tar.gz'} (from {url}whtest-src/; sha256 ")
+    assert (tmp_path / "wh" / "whtest_src-2.0.tar.gz").read_bytes() == b"MOCK sdist 2.0"
+    (root / "files" / "whtest_src-2.0.tar.gz").write_bytes(b"tampered")
+    tampered = r"whtest_src-2[.]0[.]tar[.]gz: sha256 [0-9a-f]{64}, the index says"
+    with pytest.raises(fetch_sdist.SdistError, match=tampered):
+        fetch_sdist.fetch("whtest-src==2.0", tmp_path / "wh2", [f"--index-url={url}"])
+    assert not list((tmp_path / "wh2").iterdir())
+    with pytest.raises(fetch_sdist.SdistError, match="nowhere"):
+        fetch_sdist.fetch("whtest-src==2.0", tmp_path / "wh3", ["--no-index", "--index-url", url])

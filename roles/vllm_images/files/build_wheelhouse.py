@@ -2,7 +2,8 @@
 """Build, on the controller, the wheels a node lacks for pinned requirements (vLLM and its needs).
 
     build_wheelhouse.py --node NODE.json --dest DIR [--platform TAG ...] [--override NAME==VER ...]
-                        [--exclude NAME ...] [--no-deps] [--pip-arg ARG ...] REQUIREMENT...
+                        [--exclude NAME ...] [--no-deps] [--pip-arg ARG ...] [--sdist NAME==VER ...]
+                        REQUIREMENT...
 
 NODE.json is what ``installed_distributions.py`` printed on the node: its Python, glibc and the
 packages it already has. A GPU node's Python usually holds torch and CUDA libraries of the right
@@ -21,6 +22,10 @@ prints where the vllm_images role looks for this wheelhouse (``role looks in: DI
 ``--role-dir``, the role's ``vllm_images_controller_wheelhouse_dir``): one folder per node Python,
 platform and requirement set, so a wheelhouse built by hand and carried to another controller is
 found there, and nowhere else (a role that finds none builds one, which fails offline).
+
+``--sdist NAME==VERSION`` also puts that package's source distribution into ``--dest``
+(``fetch_sdist.py``: found as pip would, never built here) and prints ``sdist: PATH``: what a node
+compiles against its own torch (the role's ``vllm_images_build_from_source``), carried with the wheels.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fetch_sdist import SdistError, fetch  # beside this file: a script's folder is on sys.path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -290,14 +296,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exclude", action="append", default=[], metavar="NAME")
     p.add_argument("--no-deps", action="store_true", help="only the listed requirements, nothing they need")
     p.add_argument("--pip-arg", action="append", default=[], help="extra pip argument (an index mirror, ...)")
+    p.add_argument("--sdist", action="append", default=[], metavar="NAME==VERSION",
+                   help="also fetch this package's source distribution into --dest (for a build on the node)")
     p.add_argument("--role-dir", default=ROLE_DIR,
                    help=f"the role's vllm_images_controller_wheelhouse_dir (default {ROLE_DIR})")
     args = p.parse_args(argv)
     try:
         print(build(args))
         node = load_node(Path(args.node))
+        for pin in args.sdist:
+            print(fetch(pin, Path(args.dest), args.pip_arg))
         print(f"role looks in: {role_folder(args.role_dir, node, args.requirements, args.no_deps)}")
-    except WheelhouseError as exc:
+    except (WheelhouseError, SdistError) as exc:
         print(f"build_wheelhouse: {exc}", file=sys.stderr)
         return 2
     return 0
