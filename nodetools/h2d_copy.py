@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from nodetools import exitcodes
+from nodetools.tool_args import ToolParser
 
 __all__ = ["BadInput", "CudaError", "DataDiffers", "NoGpu", "main", "measure", "probe"]
 
@@ -308,13 +309,8 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(exitcodes.BAD_INPUT, f"{PROG}: {message} (see --help)\n")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Host<->GPU copy rates of one GPU, pinned and pageable memory "
+    p = ToolParser(prog=PROG, description="Host<->GPU copy rates of one GPU, pinned and pageable memory "
                 "(ctypes over libcuda).", epilog="Exit codes: 0 measured; 2 bad input; 3 no driver or GPU, "
                 f"a CUDA call failed, or the read-back differs. {LIBCUDA_ENV} loads another library.")
     p.add_argument("--size-mib", type=int, default=1024, help=f"bytes per copy, in MiB (1-{MAX_SIZE_MIB})")

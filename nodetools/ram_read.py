@@ -43,6 +43,7 @@ from typing import Any
 from nodetools import exitcodes
 from nodetools.proc import interrupt_on_term, write_json_atomic
 from nodetools.residency import resident_fraction
+from nodetools.tool_args import ToolParser
 
 __all__ = ["DEFAULT_TARGET", "MAX_REPEATS", "MAX_SIZE_MIB", "MAX_THREADS", "BadInput", "ReadFailed", "main",
            "measure"]
@@ -244,13 +245,8 @@ def measure(target: Path, size_mib: int, threads: int, repeats: int, meminfo: Pa
     }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(exitcodes.BAD_INPUT, f"{PROG}: {message} (see --help)\n")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="RAM's read rate: a file in tmpfs (or the page cache) written, then read "
+    p = ToolParser(prog=PROG, description="RAM's read rate: a file in tmpfs (or the page cache) written, then read "
                 "back by threads with os.preadv.", epilog="Exit codes: 0 measured; 2 bad input; 3 a write or read "
                 "failed, or a pass read fewer or other bytes than were written.")
     p.add_argument("--target", type=Path, default=Path(DEFAULT_TARGET),
