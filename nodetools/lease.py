@@ -78,6 +78,13 @@ class Lease:
         self.data["updated"] = time.time()
         write_json_atomic(self.path, self.data)
 
+    def set_restore_on_reap(self, paths: list[str], entries: list[dict[str, str]]) -> None:
+        """Replace what the reaper must put back for ``paths`` (kernel settings this tool changed)
+        with ``entries`` (path, previous value, what; none once put back), and rewrite the lease."""
+        kept = [e for e in self.data.get("restore_on_reap") or [] if e.get("path") not in paths]
+        self.data["restore_on_reap"] = kept + entries
+        self.write()
+
     def add_group(self, pgid: int, what: str, container: str = "") -> None:
         """Record process group ``pgid`` (its leader's start time read now) and rewrite the lease."""
         self.data["groups"] = [g for g in self.data["groups"] if g["pgid"] != pgid]

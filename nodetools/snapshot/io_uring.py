@@ -73,10 +73,6 @@ class IoUringOff:
 
     def _note_in_lease(self, previous: str | None) -> None:
         """What the reaper must put back if this tool is killed: ``restore_on_reap`` in the lease."""
-        if self.lease is None:
-            return
-        others = [e for e in self.lease.data.get("restore_on_reap") or [] if e.get("path") != str(self.sysctl)]
-        if previous is not None:
-            others.append({"path": str(self.sysctl), "value": previous, "what": NAME})
-        self.lease.data["restore_on_reap"] = others
-        self.lease.write()
+        if self.lease is not None:
+            entries = [] if previous is None else [{"path": str(self.sysctl), "value": previous, "what": NAME}]
+            self.lease.set_restore_on_reap([str(self.sysctl)], entries)

@@ -115,11 +115,8 @@ class ThpSetting:
         self._note_in_lease()
 
     def _note_in_lease(self) -> None:
-        if self.lease is None:
-            return
-        paths = {str(self.thp_dir / name) for name in ("enabled", "shmem_enabled")}
-        others = [e for e in self.lease.data.get("restore_on_reap") or [] if e.get("path") not in paths]
-        others += [{"path": str(self.thp_dir / name), "value": value, "what": f"transparent_hugepage/{name}"}
-                   for name, value in self.previous.items()]
-        self.lease.data["restore_on_reap"] = others
-        self.lease.write()
+        if self.lease is not None:
+            self.lease.set_restore_on_reap(
+                [str(self.thp_dir / name) for name in ("enabled", "shmem_enabled")],
+                [{"path": str(self.thp_dir / name), "value": value, "what": f"transparent_hugepage/{name}"}
+                 for name, value in self.previous.items()])
