@@ -65,6 +65,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from runner.cli import main as runner_main  # noqa: E402
+from runner.overhead import overhead_line  # noqa: E402
 from tests.support.sshd_hosts import SSHD, SshHostSet  # noqa: E402
 
 DEFAULT_MODES = "disk_cold,page_cache_warm,sleep_wake"
@@ -265,6 +266,8 @@ def _outside_of(phase: dict[str, Any] | None) -> float:
 
 
 def print_summary(s: dict[str, Any]) -> None:
+    if s.get("report_overhead"):
+        print(f"\nreport.md: {s['report_overhead']}")
     print(f"\n== {s['label']}: {s['runs']} run(s) x {s['trials_per_run']} trials; campaign wall median "
           f"{s['campaign_wall_median_s']:.1f} s (runs: {', '.join(f'{w:.1f}' for w in s['campaign_wall_s'])}); "
           f"measured windows {s['windows_per_run_s']:.1f} s; outside {s['outside_per_run_s']:.1f} s "
@@ -330,7 +333,11 @@ def from_results(results: Path) -> dict[str, Any]:
             walls.append(float(end) - begin)
     if not walls:
         raise SystemExit(f"{results}/run.json: no run to measure (none finished, no trial recorded)")
-    return summarise(str(results), [sum(walls)], [analyse_trial(d) for d in ended])
+    summary = summarise(str(results), [sum(walls)], [analyse_trial(d) for d in ended])
+    # The report's own figure beside this one: it counts every kind's measured stages (a snapshot's
+    # dump and restores, a mode's preparation) and leaves a stopped trial out; this one, start windows.
+    summary["report_overhead"] = overhead_line(runs, records.values()).removeprefix("- ")
+    return summary
 
 
 def main() -> None:
