@@ -16,6 +16,8 @@ fi
 
 if [ "${1:-}" = "--dev" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]'
+  # pip's molecule script needs the venv's bin/ on PATH: the launcher puts it there (docs/roles.md).
+  scripts/install-molecule-launcher.sh .venv
   if [ ! -x /usr/sbin/sshd ] || ! command -v fio >/dev/null; then
     if [ "$(id -u)" -ne 0 ]; then
       echo "setup.sh: the integration tests need openssh-server and fio: sudo apt-get install openssh-server fio" >&2

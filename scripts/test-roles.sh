@@ -62,6 +62,7 @@ ensure_molecule() {
   if ! .venv/bin/python -c 'import molecule, molecule_plugins' 2>/dev/null; then
     rt_log "installing ${MOLECULE_PINS[*]} into .venv"
     .venv/bin/python -m pip install -q "${MOLECULE_PINS[@]}"
+    scripts/install-molecule-launcher.sh .venv  # pip wrote its own script: put the launcher back
   fi
 }
 
