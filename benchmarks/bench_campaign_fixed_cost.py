@@ -6,9 +6,11 @@ process, so the runner's own start (its imports), the host's facts, the trial, i
 report all count. The bare run is ``ansible-playbook`` of ``playbooks/experiments/selftest.yml``
 with the same extra variables, from the repository root (the same ``ansible.cfg``). Runs alternate,
 so load on the machine falls on both alike; the medians and their ratio are printed (the target
-is a campaign within 1.5x the bare playbook), with the load average before and after and whether
-Python may cache bytecode: with ``PYTHONDONTWRITEBYTECODE`` set, the runner's own modules (a
-checkout's, never byte-compiled by an install) are compiled again at each start, installed packages' are not.
+is a campaign within 1.5x the bare playbook), with the load average before and after, whether
+Python may cache bytecode and how many of the checkout's modules have current bytecode: with
+``PYTHONDONTWRITEBYTECODE`` set, a module without it (pip never compiles an editable checkout;
+``scripts/setup.sh`` does) is compiled again at each start, installed packages' are not. Both sides
+run under the same conditions (the same environment and checkout).
 
     .venv/bin/python benchmarks/bench_campaign_fixed_cost.py [--runs 5] [--json]
 """
@@ -16,6 +18,7 @@ checkout's, never byte-compiled by an install) are compiled again at each start,
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -59,6 +62,23 @@ def _extravars(work: Path) -> Path:
     return path
 
 
+def checkout_bytecode() -> tuple[int, int]:
+    """(modules of the runner, plugins and nodetools with current bytecode, all of them): a .pyc
+    counts where its header names the source's mtime and size, as the import system checks it."""
+    sources = [p for top in ("runner", "plugins", "nodetools") for p in (REPO / top).rglob("*.py")]
+    current = 0
+    for source in sources:
+        try:
+            header = Path(importlib.util.cache_from_source(str(source))).read_bytes()[:16]
+        except OSError:
+            continue
+        st = source.stat()
+        current += (header[:4] == importlib.util.MAGIC_NUMBER and header[4:8] == bytes(4)
+                    and int.from_bytes(header[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+                    and int.from_bytes(header[12:16], "little") == st.st_size & 0xFFFFFFFF)
+    return current, len(sources)
+
+
 def _timed(argv: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the command and its children)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -91,7 +111,8 @@ def measure(runs: int) -> dict[str, object]:
     # CPU seconds too: on a shared machine the wall time depends on what else runs, and the campaign's
     # two playbooks overlap only where a core is free.
     return {"runs": runs, "load_average_before": round(load_before, 2), "load_average": round(os.getloadavg()[0], 2),
-            "bytecode_cache": not sys.flags.dont_write_bytecode, "bare_ansible_playbook_s": round(bare_s, 3),
+            "bytecode_cache": not sys.flags.dont_write_bytecode, "checkout_bytecode": list(checkout_bytecode()),
+            "bare_ansible_playbook_s": round(bare_s, 3),
             "one_trial_campaign_s": round(runner_s, 3), "ratio": round(runner_s / bare_s, 2),
             "bare_cpu_s": round(bare_cpu, 2), "campaign_cpu_s": round(runner_cpu, 2), "target_ratio": TARGET_RATIO,
             "bare_all_s": [round(w, 3) for w, _ in bare], "campaign_all_s": [round(w, 3) for w, _ in runner]}
@@ -106,8 +127,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
+    compiled, modules = result["checkout_bytecode"]
     print(f"load average {result['load_average_before']:.2f} before, {result['load_average']:.2f} after; medians of "
-          f"{result['runs']} alternating runs; bytecode cache {'on' if result['bytecode_cache'] else 'off'}")
+          f"{result['runs']} alternating runs; bytecode cache {'on' if result['bytecode_cache'] else 'off'}; "
+          f"checkout byte-compiled: {compiled} of {modules} modules (scripts/setup.sh compiles them)")
     print(f"bare ansible-playbook {PLAYBOOK}: {result['bare_ansible_playbook_s']:.2f} s")
     print(f"one-trial campaign (python -m runner, facts, trial, record, report): "
           f"{result['one_trial_campaign_s']:.2f} s")

@@ -29,3 +29,7 @@ if [ "${1:-}" = "--dev" ]; then
 else
   .venv/bin/python -m pip install -q -e .
 fi
+# pip never byte-compiles an editable checkout: where PYTHONDONTWRITEBYTECODE is set (CI images, this
+# project's machines) every `python -m runner` compiled the runner's modules again (~0.2 CPU s a start;
+# benchmarks/bench_campaign_fixed_cost.py). A .pyc left stale by an edit is only ignored, never used.
+.venv/bin/python -m compileall -q runner plugins nodetools
