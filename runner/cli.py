@@ -189,8 +189,9 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
         progress = PlainProgress()
     else:
         progress = RichProgress()
-    outcome = run_campaign(loaded, plan, store, progress, retry_failed=args.retry_failed,
-                           parallel=args.parallel, follow=not args.no_follow, argv=argv, secrets=secrets)
+    # --quiet shows no log line: following one would only read the inventory again and poll the node.
+    outcome = run_campaign(loaded, plan, store, progress, retry_failed=args.retry_failed, parallel=args.parallel,
+                           follow=not (args.no_follow or args.quiet), argv=argv, secrets=secrets)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing to do"
     try:
         csv_path, md_path = build_report(root)

@@ -20,8 +20,6 @@ from ansible.errors import AnsibleError, AnsibleUndefinedVariable
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import inventory_loader
-from ansible.template import Templar
-from ansible.vars.manager import VariableManager
 
 from runner.inventory.connection import CONNECTION_VARS, Connection, connection_from
 from runner.inventory.patterns import has_regex, limit_patterns, match_bounded, pattern_problem
@@ -81,7 +79,7 @@ class Inventory:
             first = self._manager.unparsed[0]
             raise InventoryError(f"inventory {first}: no inventory plugin ({plugins}) could read it "
                                  f"(`ansible-inventory -i {first} --list` says why)")
-        self._vars = VariableManager(loader=self._loader, inventory=self._manager)
+        self._vars: Any = None  # Ansible's VariableManager, made by the first connection()
         self._lock = threading.Lock()  # Ansible's inventory objects are not made for threads
 
     def hosts(self, pattern: str, limit: str | None = None) -> list[str]:
@@ -110,10 +108,17 @@ class Inventory:
         """How to reach ``name``: its connection variables templated as Ansible would template them
         in a play. ValueError (naming the variable, never its value) when one cannot be. Called
         from the run's threads: sys.stderr is left alone (the live display writes there)."""
+        # Ansible's variables and templating (their imports ~0.05 s): only for a host's connection,
+        # which a campaign asks for only to follow a log; the hosts' names need neither.
+        from ansible.template import Templar  # noqa: PLC0415 - see above
+        from ansible.vars.manager import VariableManager  # noqa: PLC0415 - see above
+
         with self._lock:
             host = self._manager.get_host(name)
             if host is None:
                 raise ValueError(f"host {name} is not in the inventory")
+            if self._vars is None:
+                self._vars = VariableManager(loader=self._loader, inventory=self._manager)
             variables = self._vars.get_vars(host=host, include_hostvars=False)
             templar = Templar(loader=self._loader, variables=variables)
             resolved: dict[str, Any] = {}

@@ -44,3 +44,16 @@ def test_a_templated_inventory_value_never_stops_the_run(tmp_path: Path, caplog:
     assert trial["status"] == "ok"
     warnings = [r.getMessage() for r in caplog.records if "not following" in r.getMessage()]
     assert len(warnings) == (1 if warns else 0), warnings
+
+
+def test_a_quiet_run_follows_no_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """--quiet shows no log line, so it neither resolves a connection nor tails the node's log: the
+    inventory that makes a --plain run warn (above) leaves a quiet one silent."""
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n"
+        '      ansible_ssh_common_args: "-o ProxyJump={{ jump_host }}"\n')
+    (tmp_path / "campaign.yaml").write_text(CAMPAIGN)
+    with caplog.at_level(logging.DEBUG, logger="runner.livelog"):
+        assert main([str(tmp_path / "campaign.yaml"), "--quiet", "--results", str(tmp_path / "results")]) == 0
+    assert not [r.getMessage() for r in caplog.records if r.name == "runner.livelog"]
