@@ -324,10 +324,12 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     return counts
 
 
-def _warm_report_imports() -> None:
+def _warm_report_imports(plan: Plan) -> None:
     """Import pandas (0.5-1 s) in a thread while the hosts' playbooks run, most of it waiting on
-    their processes: the report built after the run needs it, the runner's start does not."""
-    threading.Thread(target=importlib.import_module, args=("pandas",), name="warm-imports").start()
+    their processes, where the report built after the run needs it: for a kind's own section only
+    (runner/report_table.py writes the rest); the runner's start never does."""
+    if any(KINDS[t.kind].report is not None for t in plan.trials):
+        threading.Thread(target=importlib.import_module, args=("pandas",), name="warm-imports").start()
 
 
 def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progress: Progress, *,
@@ -361,7 +363,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
                secrets)
     progress.start(sum(len(t) for t in todo.values()), kept, [(t.id, h) for h, ts in todo.items() for t in ts])
     if todo:
-        _warm_report_imports()
+        _warm_report_imports(plan)
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo) or 1)), thread_name_prefix="host")
     futures: set[Future[dict[str, int]]] = {pool.submit(_host_worker, ctx, h, ts) for h, ts in todo.items()}
     crashed = ""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["markdown_table"]
+__all__ = ["markdown_rows", "markdown_table"]
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -15,12 +15,20 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
     if frame.empty:
         return "_none_\n"
-    cols = list(frame.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     # The rows as iterrows gives them (the frame's values in their common dtype), read in one go:
     # a Series and an isna call per cell took seconds for a table of 10,000 trials.
     values = frame.to_numpy()
-    for row, gaps in zip(values.tolist(), pd.isna(values).tolist(), strict=True):
-        cells = ["" if gap else str(v).replace("|", "\\|").replace("\n", " ") for v, gap in zip(row, gaps, strict=True)]
+    rows = [[None if gap else str(v) for v, gap in zip(row, gaps, strict=True)]
+            for row, gaps in zip(values.tolist(), pd.isna(values).tolist(), strict=True)]
+    return markdown_rows(list(frame.columns), rows)
+
+
+def markdown_rows(columns: list[str], rows: list[list[str | None]]) -> str:
+    """A table of text cells (None: a gap, shown empty); ``_none_`` when there is no row or column."""
+    if not rows or not columns:
+        return "_none_\n"
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = ["" if v is None else v.replace("|", "\\|").replace("\n", " ") for v in row]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

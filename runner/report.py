@@ -17,6 +17,7 @@ import functools
 import gc
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,12 +26,13 @@ from runner.errors import RunnerError
 from runner.experiments import KINDS
 from runner.experiments.base import TrialContext
 from runner.files import atomic_write_text
-from runner.markdown import markdown_table
+from runner.markdown import markdown_rows
 from runner.overhead import overhead_line
 from runner.provenance import collect_stamp
 from runner.records import TrialRecord
 from runner.report_summary import BASE_COLUMNS as _BASE_COLUMNS
 from runner.report_summary import aggregate_rows, json_value, summary_json, typed_rows
+from runner.report_table import Table, positional
 from runner.store import ResultsStore
 
 if TYPE_CHECKING:
@@ -70,7 +72,14 @@ def _load_records(store: ResultsStore) -> dict[str, TrialRecord]:
 
 def summary_frame(store: ResultsStore, records: dict[str, TrialRecord] | None = None,
                   plan: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The summary as a pandas frame (the report itself writes it from :func:`_summary_table`, the same cells)."""
     return _frame(_summary_rows(store, records, plan))
+
+
+def _summary_table(rows: list[dict[str, Any]]) -> Table:
+    """The summary's columns (the base ones, then every metric sorted) and cells, as :func:`_frame` types them."""
+    metrics = sorted({c for row in rows for c in row} - set(_BASE_COLUMNS))
+    return Table(rows, _BASE_COLUMNS + metrics)
 
 
 def _summary_rows(store: ResultsStore, records: dict[str, TrialRecord] | None = None,
@@ -136,12 +145,11 @@ def _load_format(engine: dict[str, Any]) -> str:
 
 
 def _fmt(value: float | int) -> str:
-    import numpy as np  # noqa: PLC0415 - with pandas: only when a report is built
     if isinstance(value, int) or (float(value).is_integer() and abs(value) >= 1000):
         return str(int(value))
     if abs(value) >= 1000:
         return f"{value:.0f}"
-    return np.format_float_positional(float(value), precision=4, unique=True, fractional=False, trim="-")
+    return positional(float(value), 4)
 
 
 def _cell(stats: dict[str, Any] | None, n_ok: int) -> str:
@@ -158,7 +166,6 @@ def _cell(stats: dict[str, Any] | None, n_ok: int) -> str:
 def _aggregate_section(rows: list[dict[str, Any]]) -> str:
     """Per experiment one table (from :func:`aggregate_rows`): a column per mode (and host where there
     are several), the counts, then ``median [min, max]`` of every numeric metric over the ok repeats."""
-    import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
     if not rows:
         return "_none_\n"
     several_hosts = len({r["host"] for r in rows}) > 1
@@ -182,12 +189,12 @@ def _aggregate_section(rows: list[dict[str, Any]]) -> str:
                      for m in metrics)
         kind = groups[0]["kind"]
         parts.append(f"\n### {experiment}" + (f" ({kind})" if kind != experiment else "") + "\n")
-        parts.append(markdown_table(pd.DataFrame(table, columns=["", *labels])))
+        columns = ["", *labels]
+        parts.append(markdown_rows(columns, [[row.get(c) for c in columns] for row in table]))
     return "\n".join(parts)
 
 
 def _hosts_section(store: ResultsStore) -> str:
-    import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
     rows = []
     for host in store.hosts():
         facts = store.read_facts(host)
@@ -201,7 +208,8 @@ def _hosts_section(store: ResultsStore) -> str:
             "driver": facts.get("driver_version", ""), "kernel": facts.get("kernel", ""),
             "mem_gib": round(mem / 2**30, 1) if mem else None, "numa_nodes": len(facts.get("numa") or []),
         })
-    return markdown_table(pd.DataFrame(rows))
+    # Cells as a plain frame's (no convert_dtypes): the memory stays a float, "64.0".
+    return Table(rows, list(dict.fromkeys(c for row in rows for c in row)), whole_as_int=False).markdown()
 
 
 def _plan_for_report(plan: dict[str, Any]) -> dict[str, Any]:
@@ -230,7 +238,6 @@ def _plan_ordered(plan: dict[str, Any], records: dict[str, TrialRecord]) -> list
 
 def _kind_sections(store: ResultsStore, records: dict[str, TrialRecord], plan: dict[str, Any]) -> list[str]:
     """Each kind with a ``KindReport`` gets its CSV (one or more rows per trial) and section."""
-    import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for record in _plan_ordered(plan, records):
         kind = KINDS.get(str(record.get("kind")))
@@ -246,6 +253,7 @@ def _kind_sections(store: ResultsStore, records: dict[str, TrialRecord], plan: d
         by_kind.setdefault(kind.name, []).extend({**front, **row} for row in rows)
     parts = []
     for name, rows in by_kind.items():
+        import pandas as pd  # noqa: PLC0415 - ~0.5 CPU s: only for a kind's own table and section
         spec = KINDS[name].report
         assert spec is not None
         frame = pd.DataFrame(rows).convert_dtypes()
@@ -292,21 +300,20 @@ def build_report(root: Path) -> tuple[Path, Path]:
     plan = _plan_for_report(store.read_plan() or {"trials": []})  # first: whole, it must not sit beside the records
     records = _load_records(store)
     rows = _summary_rows(store, records, plan)
-    frame = _frame(rows)
-    trials = typed_rows(frame, rows)
+    table = _summary_table(rows)
+    trials = typed_rows(table.columns, rows)
     run = store.read_run() or {}
     campaign = str(run.get("campaign") or plan.get("campaign") or root.name)
-    counts = frame["status"].value_counts().to_dict() if not frame.empty else {}
-    engines = sorted(set(frame["engine"])) if not frame.empty else []
+    counts = Counter(str(row["status"]) for row in rows)
+    engines = sorted({row["engine"] for row in rows})
     notes = _engine_notes(engines, plan)
-    csv_path = atomic_write_text(store.root / "summary.csv", frame.to_csv(index=False))
+    csv_path = atomic_write_text(store.root / "summary.csv", table.csv())
     aggregates = aggregate_rows(trials)
-    atomic_write_text(store.root / "summary.json", summary_json(list(frame.columns), trials, campaign, notes,
-                                                                 aggregates))
+    atomic_write_text(store.root / "summary.json", summary_json(table.columns, trials, campaign, notes, aggregates))
     del rows, trials  # two dicts a trial (~50 MB for 10,000) that nothing below reads: freed before the charts
     parts = [
         f"# Campaign {campaign}\n",
-        f"- trials: {len(frame)} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'})",
+        f"- trials: {len(table.cells)} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'})",
         f"- engine: {', '.join(engines) or 'none'}",
         f"- git: {(run.get('git') or {}).get('sha')} (dirty: {(run.get('git') or {}).get('dirty')})",
         f"- tools: {', '.join(f'{k} {v}' for k, v in (run.get('tools') or {}).items())}",
@@ -327,10 +334,9 @@ def build_report(root: Path) -> tuple[Path, Path]:
     parts.append(_aggregate_section(aggregates))
     parts.append("\n## Trials\n")
     # Metrics live in the kinds' sections and in summary.csv; this table says what ran and how it ended.
-    parts.append(markdown_table(frame[[c for c in _BASE_COLUMNS if c != "reason"]] if not frame.empty else frame))
-    not_ok = frame[frame["status"] != "ok"] if not frame.empty else frame
+    parts.append(table.markdown([c for c in _BASE_COLUMNS if c != "reason"]))
     parts.append("\n## Not ok: failed, skipped, interrupted and pending trials, with reasons\n")
-    parts.append(markdown_table(not_ok[["trial_id", "host", "status", "reason"]] if not not_ok.empty else not_ok))
+    parts.append(table.markdown(["trial_id", "host", "status", "reason"], where=lambda row: row["status"] != "ok"))
     if store.problems:
         parts.append("\n## Files that could not be used\n")
         parts.append("Each is left out of this report and, where it could be moved, kept under `quarantine/`; "

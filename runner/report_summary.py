@@ -8,10 +8,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pandas as pd
+from typing import Any
 
 __all__ = ["BASE_COLUMNS", "SUMMARY_JSON_FORMAT", "aggregate_rows", "json_value", "summary_json", "typed_rows"]
 
@@ -63,10 +60,9 @@ def _numeric_columns(trials: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def typed_rows(frame: pd.DataFrame, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` (as the trial records hold them: a float stays a float) in ``frame``'s columns,
+def typed_rows(columns: list[str], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (as the trial records hold them: a float stays a float) in the summary's ``columns``,
     each value JSON-typed; a gap is ``None``."""
-    columns = list(frame.columns)
     return [{col: json_value(row.get(col)) for col in columns} for row in rows]
 
 
