@@ -24,6 +24,7 @@ from runner.errors import ResultsWriteError
 from runner.execute import PhaseResult, RunningPhase, scrub_command_artifacts, start_phase
 from runner.experiments import KINDS
 from runner.experiments.base import ExperimentKind, Phase, TrialContext
+from runner.facts_cache import FactsCache
 from runner.host_checks import HOST_FACTS_PLAYBOOK, PROBE_TIMEOUT_S, HostFacts, host_answers
 from runner.inventory import Inventory
 from runner.livelog import LogFollower, start_following
@@ -67,6 +68,7 @@ class _Ctx:
     follow: bool
     inventory: Inventory | None
     secrets: Secrets = field(default_factory=Secrets)
+    facts_cache: FactsCache | None = None
     dead_hosts: dict[str, str] = field(default_factory=dict)  # host -> why it is no longer tried
     stopped: list[str] = field(default_factory=list)
 
@@ -182,6 +184,8 @@ def _run_trial(ctx: _Ctx, trial: Trial, host: HostFacts, early: EarlyRun | None 
         "engine_label": (trial.engine or {}).get("kind", "none"), "host_facts": host.facts,
         "started": time.time(),
     }
+    if host.cached_age_s is not None:  # read by an earlier run, this long before this one began
+        record["host_facts_age_s"] = host.cached_age_s
     ctx.store.save_trial(trial.id, record)
     ctx.progress.trial_started(trial.id, trial.host)
     extravars = _extravars(ctx, trial, trial_dir)
@@ -284,7 +288,11 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
     counts: dict[str, int] = {}
     if ctx.stop.is_set():
         return counts
-    facts = HostFacts(ctx.store, host)  # read by the first trial's first run (runner/host_checks.py)
+    # Read by the first trial's first run (runner/host_checks.py), unless an earlier run's are fresh.
+    facts = HostFacts(ctx.store, host, ctx.facts_cache, ctx.loaded.inventory.sources)
+    if facts.use_cache():
+        ctx.progress.note(f"{host}: facts read {facts.cached_age_s:.0f} s ago by an earlier run (--fresh-facts "
+                          "reads them again)")
     early: EarlyRun | None = None
     try:
         for index, trial in enumerate(trials):
@@ -334,8 +342,10 @@ def _warm_report_imports(plan: Plan) -> None:
 
 def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progress: Progress, *,
                  retry_failed: bool = False, parallel: int = 8, follow: bool = True,
-                 argv: list[str] | None = None, secrets: Secrets | None = None) -> CampaignOutcome:
-    """Run what the plan still needs. The caller holds the results folder's lock."""
+                 argv: list[str] | None = None, secrets: Secrets | None = None,
+                 facts_cache: FactsCache | None = None) -> CampaignOutcome:
+    """Run what the plan still needs. The caller holds the results folder's lock. ``facts_cache``:
+    where fresh facts of an earlier run serve instead of reading them (None: always read)."""
     orphans = reap(results_id(store.root) + ":")
     if orphans:
         progress.note(f"stopped {len(orphans)} process(es) an earlier, killed run of this folder left behind")
@@ -360,7 +370,7 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
             outcome.counts[status] = outcome.counts.get(status, 0) + 1
     stop = threading.Event()
     ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory) if follow else None,
-               secrets)
+               secrets, facts_cache)
     progress.start(sum(len(t) for t in todo.values()), kept, [(t.id, h) for h, ts in todo.items() for t in ts])
     if todo:
         _warm_report_imports(plan)

@@ -80,6 +80,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-failed", action="store_true", help="run failed trials again on resume")
     p.add_argument("--parallel", type=int, default=8, metavar="N", help="hosts worked on at once (8)")
     p.add_argument("--no-follow", action="store_true", help="do not tail the node's server log live")
+    p.add_argument("--fresh-facts", action="store_true",
+                   help="read every host's facts again, even where an earlier run's are fresh (runner/facts_cache.py)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--quiet", action="store_true", help="print only the final summary and errors")
     out.add_argument("--plain", action="store_true", help="plain log lines instead of a live display")
@@ -174,6 +176,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaign, plan: Plan, root: Path,
                 secrets: Secrets) -> int:
     from runner.campaign import run_campaign
+    from runner.facts_cache import FACTS_MAX_AGE_S, FactsCache
     from runner.progress import PlainProgress, Progress, QuietProgress, RichProgress
     from runner.report import build_report
     from runner.store import ResultsStore
@@ -191,7 +194,8 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
         progress = RichProgress()
     # --quiet shows no log line: following one would only read the inventory again and poll the node.
     outcome = run_campaign(loaded, plan, store, progress, retry_failed=args.retry_failed, parallel=args.parallel,
-                           follow=not (args.no_follow or args.quiet), argv=argv, secrets=secrets)
+                           follow=not (args.no_follow or args.quiet), argv=argv, secrets=secrets,
+                           facts_cache=FactsCache.default(0 if args.fresh_facts else FACTS_MAX_AGE_S))
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing to do"
     try:
         csv_path, md_path = build_report(root)

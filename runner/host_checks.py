@@ -8,18 +8,23 @@ of CPU), and the facts are still read first, on a node at rest. Its run writes t
 trial's folder; the runner moves them to ``hosts/<host>/facts.json`` once the run ends, so that
 file, once there, was read by this run (an earlier run's file stays until then). A host whose facts
 could not be read fails that trial with the reason and its other trials without running them.
+Facts read by a run soon before, on the same host, serve instead while fresh (runner/facts_cache.py):
+then no trial reads them.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runner.errors import ResultsWriteError
 from runner.execute import PhaseResult, run_phase
+from runner.facts_cache import FactsCache
 from runner.provenance import REPO_ROOT
 from runner.spec import LoadedCampaign
 from runner.store import FACTS_SHAPE, ResultsStore
@@ -36,13 +41,29 @@ PREFLIGHT_FAILED = "host preflight failed"
 @dataclass
 class HostFacts:
     """A host's facts in this run: ``pending`` until its first trial's first phase has run, then
-    ``facts`` (``hosts/<host>/facts.json``) or ``error``, the reason every trial of it fails."""
+    ``facts`` (``hosts/<host>/facts.json``) or ``error``, the reason every trial of it fails; or,
+    from the start, fresh facts of an earlier run (``cached_age_s``: how old)."""
 
     store: ResultsStore
     host: str
+    cache: FactsCache | None = None
+    sources: Sequence[str] = field(default_factory=tuple)  # the inventory's: part of the cache's key
     pending: bool = True
     facts: dict[str, Any] | None = None
     error: str = ""
+    cached_age_s: float | None = None
+    _started: float = field(default_factory=time.time)
+
+    def use_cache(self) -> bool:
+        """Take fresh cached facts, written to ``hosts/<host>/facts.json`` as a read would; False if none."""
+        cached = self.cache.get(self.sources, self.host) if self.cache is not None else None
+        if cached is None:
+            return False
+        self.store.make_dir(self.store.root / "hosts" / self.host)
+        self.store.read_facts(self.host)  # an earlier file that cannot be replaced (a folder) is moved aside
+        self.store.write_json(Path("hosts") / self.host / "facts.json", cached[0])
+        self.facts, self.cached_age_s, self.pending = cached[0], round(cached[1], 1), False
+        return True
 
     def dest(self, trial_dir: Path) -> Path:
         """Where the first trial's run writes the facts (``exp_host_facts_dest``): the trial's
@@ -70,6 +91,8 @@ class HostFacts:
             fresh.replace(host_dir / "facts.json")
         except OSError as exc:
             raise ResultsWriteError(host_dir / "facts.json", exc) from exc
+        if self.cache is not None:
+            self.cache.put(self.sources, self.host, self.facts, self._started)
 
 
 def host_answers(root: Path, loaded: LoadedCampaign, host: str, cancel: threading.Event) -> bool:

@@ -58,6 +58,7 @@ class TrialRecord(TypedDict, total=False):
     collected_with: str  # provenance.collect_stamp() of the code that collected the metrics
     engine_label: str
     host_facts: dict[str, Any] | None
+    host_facts_age_s: float  # only where an earlier run read them (runner/facts_cache.py): how long before
     started: float
     ended: float
     duration_s: float
@@ -70,6 +71,6 @@ TRIAL_SHAPE = {
     "id!": str, "experiment!": str, "kind!": str, "mode!": str, "repeat!": int, "host!": str, "status!": str,
     "params": dict, "engine": {"kind": str, "args": dict}, "timeout_s": _NUMBER, "resources": dict,
     "definition_hash": str, "remote_dir": str, "refusals": [str], "reason": str, "phases": [dict],
-    "metrics": dict, "engine_label": str, "host_facts": dict, "started": _NUMBER, "ended": _NUMBER,
-    "duration_s": _NUMBER,
+    "metrics": dict, "engine_label": str, "host_facts": dict, "host_facts_age_s": _NUMBER, "started": _NUMBER,
+    "ended": _NUMBER, "duration_s": _NUMBER,
 }

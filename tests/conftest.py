@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,15 @@ REPO = Path(__file__).resolve().parent.parent
 # runner never sees, and the interrupt tests would fail. Python's own handler, as in a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _own_facts_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own facts cache (runner/facts_cache.py), never the user's: a test that runs a
+    campaign sees its hosts' facts read unless it ran one before (made only when written)."""
+    name = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+    monkeypatch.setenv("GPU_CAMPAIGN_CACHE", str(tmp_path_factory.getbasetemp() / "facts-cache" / name))
 
 
 @pytest.fixture

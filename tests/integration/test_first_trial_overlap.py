@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 def _events(phase: dict[str, object]) -> list[dict[str, object]]:
     folder = Path(str(phase["artifact_dir"])) / "job_events"
     events = [json.loads(p.read_text()) for p in folder.glob("*.json")]
-    return sorted(events, key=lambda e: int(e["counter"]))
+    # Ansible's own events only: a "verbose" one (a line Python printed, e.g. a deprecation warning) has no event_data.
+    return sorted((e for e in events if "event_data" in e), key=lambda e: int(e["counter"]))
 
 
 def test_the_first_trial_reads_the_facts_in_its_own_run_before_its_tasks(tmp_path: Path) -> None:
@@ -48,3 +49,27 @@ experiments:
     # The second reads no facts of its own: they are read once per host and run.
     assert not any(str(e["event_data"].get("task", "")).startswith("read_facts |")  # type: ignore[union-attr]
                    for e in _events(second["phases"][0]))
+
+
+def _read_facts_in(trial: dict[str, object]) -> bool:
+    return any(str(e["event_data"].get("task", "")).startswith("read_facts |")  # type: ignore[union-attr]
+               for e in _events(trial["phases"][0]))  # type: ignore[index]
+
+
+def test_a_run_soon_after_another_takes_its_fresh_facts_and_fresh_facts_reads_them(tmp_path: Path) -> None:
+    """runner/facts_cache.py: the second run's trial reads no facts (its ansible-playbook is the trial's
+    alone) and says how old the facts it carries are; --fresh-facts reads them again."""
+    campaign = tmp_path / "c.yaml"
+    campaign.write_text(f"name: cached\ninventory: {REPO / 'inventory/local'}\nremote_dir: {tmp_path / 'node'}\n"
+                        "experiments:\n  - kind: selftest\n    modes: [noop]\n")
+    trials = []
+    for name, options in (("first", []), ("second", []), ("forced", ["--fresh-facts"])):
+        results = tmp_path / name
+        assert main([str(campaign), "--quiet", *options, "--results", str(results)]) == 0
+        trials.append(json.loads((results / "trials/selftest.noop.r1@localhost/trial.json").read_text()))
+        assert trials[-1]["host_facts"] == json.loads((results / "hosts/localhost/facts.json").read_text())
+    first, second, forced = trials
+    assert _read_facts_in(first) and "host_facts_age_s" not in first
+    assert not _read_facts_in(second) and 0 <= second["host_facts_age_s"] < 600
+    assert second["host_facts"] == first["host_facts"]
+    assert _read_facts_in(forced) and "host_facts_age_s" not in forced
