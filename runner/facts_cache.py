@@ -13,27 +13,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
-import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import ResultsWriteError
-from runner.files import atomic_write_text
-from runner.provenance import REPO_ROOT, inventory_digest
-from runner.results_reader import ResultsReader
+from runner.provenance import REPO_ROOT
 from runner.store import FACTS_SHAPE
+from runner.user_cache import CACHE_VARIABLE, cache_folder, entry_name, files_digest, read_entry, write_entry
 
 __all__ = ["CACHE_VARIABLE", "FACTS_MAX_AGE_S", "FactsCache"]
 
-logger = logging.getLogger(__name__)
-
 FACTS_MAX_AGE_S = 600.0
-CACHE_VARIABLE = "GPU_CAMPAIGN_CACHE"
 _ENTRY_SHAPE = {"read_at!": (int, float), "host!": str, "facts!": FACTS_SHAPE}
 _READERS = ("plugins/modules/node_facts.py", "plugins/module_utils/node_facts", "playbooks/experiments/host_facts.yml",
             "playbooks/experiments/tasks/read_facts.yml")
@@ -57,22 +49,18 @@ class FactsCache:
 
     @classmethod
     def default(cls, max_age_s: float = FACTS_MAX_AGE_S) -> FactsCache:
-        said = os.environ.get(CACHE_VARIABLE)
-        xdg = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser()
-        return cls((Path(said) if said else xdg / "gpu-campaign") / "facts", max_age_s)
+        return cls(cache_folder("facts"), max_age_s)
 
     def _name(self, sources: Sequence[str], host: str) -> str:
-        where = [str(Path(s).resolve()) if Path(s).exists() else s for s in sources]
-        key = json.dumps([host, where, inventory_digest(list(sources))["sha256"], _readers_digest()])
-        return hashlib.sha256(key.encode()).hexdigest()[:32] + ".json"
+        return entry_name("facts", host, files_digest(sources), _readers_digest())
 
     def get(self, sources: Sequence[str], host: str) -> tuple[dict[str, Any], float] | None:
         """The host's facts and their age in seconds, while fresh; else None."""
         if self.max_age_s <= 0:
             return None
         try:
-            entry = ResultsReader(self.folder, quarantine=False).json(self._name(sources, host), _ENTRY_SHAPE)
-        except OSError:
+            entry = read_entry(self.folder, self._name(sources, host), _ENTRY_SHAPE)
+        except OSError:  # an inventory file that cannot be read now: Ansible will say so
             return None
         if entry is None or entry["host"] != host:
             return None
@@ -81,8 +69,7 @@ class FactsCache:
 
     def put(self, sources: Sequence[str], host: str, facts: dict[str, Any], read_at: float) -> None:
         try:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            atomic_write_text(self.folder / self._name(sources, host),
-                              json.dumps({"read_at": read_at, "host": host, "facts": facts}))
-        except (OSError, ResultsWriteError) as exc:
-            logger.debug("facts of %s not cached: %s", host, exc)
+            name = self._name(sources, host)
+        except OSError:
+            return
+        write_entry(self.folder, name, {"read_at": read_at, "host": host, "facts": facts})
