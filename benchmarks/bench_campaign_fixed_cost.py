@@ -12,11 +12,12 @@ Python may cache bytecode and how many of the checkout's modules have current by
 ``scripts/setup.sh`` does) is compiled again at each start, installed packages' are not. Both sides
 run under the same conditions (the same environment and checkout).
 
-The host's facts: the warm-up campaign reads them, and each measured run takes them from the cache
-as a run soon after another does (runner/facts_cache.py; a cache of the benchmark's own, never the
-user's); ``--fresh-facts`` makes every run read them, as a first run on a host does.
+The runner's cache (a folder of the benchmark's own, never the user's): the warm-up campaign reads
+the host's facts and the inventory's hosts, and each measured run takes them from it, as a run soon
+after another does (runner/facts_cache.py, runner/spec/hosts.py); with ``--cold`` every run starts
+with an empty one, as the first run on a machine does.
 
-    .venv/bin/python benchmarks/bench_campaign_fixed_cost.py [--runs 5] [--fresh-facts] [--json]
+    .venv/bin/python benchmarks/bench_campaign_fixed_cost.py [--runs 5] [--cold] [--json]
 """
 
 from __future__ import annotations
@@ -95,23 +96,26 @@ def _timed(argv: list[str]) -> tuple[float, float]:
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def measure(runs: int, fresh_facts: bool = False) -> dict[str, object]:
+def measure(runs: int, cold: bool = False) -> dict[str, object]:
     bin_dir = Path(sys.executable).parent
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        os.environ["GPU_CAMPAIGN_CACHE"] = str(work / "cache")  # the runs' facts cache, not the user's
         campaign, extravars = _campaign(work), _extravars(work)
         bare_argv = [str(bin_dir / "ansible-playbook"), "-i", str(REPO / "inventory/local"), PLAYBOOK,
                      "-e", f"@{extravars}"]
-        runner_argv = [sys.executable, "-m", "runner", str(campaign), "--quiet",
-                       *(["--fresh-facts"] if fresh_facts else [])]
+        runner_argv = [sys.executable, "-m", "runner", str(campaign), "--quiet"]
+
+        def campaign_run(name: str) -> tuple[float, float]:
+            os.environ["GPU_CAMPAIGN_CACHE"] = str(work / (f"cache-{name}" if cold else "cache"))
+            return _timed([*runner_argv, "--results", str(work / name)])
+
         bare, runner = [], []
         _timed(bare_argv)  # warm the page cache of both: the first run of each reads its files from disk
-        _timed([*runner_argv, "--results", str(work / "warm")])  # and reads the host's facts
+        campaign_run("warm")  # and fills the runner's cache
         for i in range(runs):
             bare.append(_timed(bare_argv))
-            runner.append(_timed([*runner_argv, "--results", str(work / f"r{i}")]))
+            runner.append(campaign_run(f"r{i}"))
         read = sum("host_facts_age_s" not in json.loads(p.read_text())
                    for p in work.glob("r*/trials/*/trial.json"))
     bare_s, runner_s = statistics.median(w for w, _ in bare), statistics.median(w for w, _ in runner)
@@ -120,7 +124,7 @@ def measure(runs: int, fresh_facts: bool = False) -> dict[str, object]:
     # two playbooks overlap only where a core is free.
     return {"runs": runs, "load_average_before": round(load_before, 2), "load_average": round(os.getloadavg()[0], 2),
             "bytecode_cache": not sys.flags.dont_write_bytecode, "checkout_bytecode": list(checkout_bytecode()),
-            "facts_read_in_runs": read,
+            "cold_cache": cold, "facts_read_in_runs": read,
             "bare_ansible_playbook_s": round(bare_s, 3),
             "one_trial_campaign_s": round(runner_s, 3), "ratio": round(runner_s / bare_s, 2),
             "bare_cpu_s": round(bare_cpu, 2), "campaign_cpu_s": round(runner_cpu, 2), "target_ratio": TARGET_RATIO,
@@ -130,10 +134,10 @@ def measure(runs: int, fresh_facts: bool = False) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--fresh-facts", action="store_true", help="every campaign reads the host's facts")
+    parser.add_argument("--cold", action="store_true", help="every campaign starts with an empty runner cache")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = measure(max(1, args.runs), args.fresh_facts)
+    result = measure(max(1, args.runs), args.cold)
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -142,9 +146,10 @@ def main() -> None:
           f"{result['runs']} alternating runs; bytecode cache {'on' if result['bytecode_cache'] else 'off'}; "
           f"checkout byte-compiled: {compiled} of {modules} modules (scripts/setup.sh compiles them)")
     print(f"bare ansible-playbook {PLAYBOOK}: {result['bare_ansible_playbook_s']:.2f} s")
+    cache = "each run with an empty runner cache" if result["cold_cache"] else "else from the warm-up run's cache"
     print(f"one-trial campaign (python -m runner, facts, trial, record, report): "
           f"{result['one_trial_campaign_s']:.2f} s; the host's facts read in {result['facts_read_in_runs']} of "
-          f"{result['runs']} runs (else from the warm-up run's, runner/facts_cache.py)")
+          f"{result['runs']} runs ({cache})")
     print(f"ratio {result['ratio']:.2f}x (target <= {TARGET_RATIO}x); CPU seconds: bare {result['bare_cpu_s']:.2f}, "
           f"campaign {result['campaign_cpu_s']:.2f}")
 
