@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import ResultsWriteError
 from runner.execute import PhaseResult, RunningPhase, scrub_command_artifacts, start_phase
@@ -26,7 +26,6 @@ from runner.experiments import KINDS
 from runner.experiments.base import ExperimentKind, Phase, TrialContext
 from runner.facts_cache import FactsCache
 from runner.host_checks import HOST_FACTS_PLAYBOOK, PROBE_TIMEOUT_S, HostFacts, host_answers
-from runner.inventory import Inventory
 from runner.livelog import LogFollower, start_following
 from runner.overlap import EarlyRun, Overlap, Turn
 from runner.plan import Plan, Trial, node_python
@@ -39,6 +38,9 @@ from runner.secrets import Secrets
 from runner.spec import LoadedCampaign
 from runner.store import ResultsStore
 from runner.supervise import lease_id, reap, results_id
+
+if TYPE_CHECKING:
+    from runner.inventory import Inventory
 
 __all__ = ["CampaignOutcome", "run_campaign"]
 
@@ -369,8 +371,11 @@ def run_campaign(loaded: LoadedCampaign, plan: Plan, store: ResultsStore, progre
             status = (store.load_trial(trial.id) or {}).get("status", "?")
             outcome.counts[status] = outcome.counts.get(status, 0) + 1
     stop = threading.Event()
-    ctx = _Ctx(loaded, store, progress, stop, follow, Inventory(loaded.inventory) if follow else None,
-               secrets, facts_cache)
+    inventory = None
+    if follow:  # the connection a log follower uses: Ansible's import (~0.25 s) only then
+        from runner.inventory import Inventory  # noqa: PLC0415 - see above
+        inventory = Inventory(loaded.inventory)
+    ctx = _Ctx(loaded, store, progress, stop, follow, inventory, secrets, facts_cache)
     progress.start(sum(len(t) for t in todo.values()), kept, [(t.id, h) for h, ts in todo.items() for t in ts])
     if todo:
         _warm_report_imports(plan)
