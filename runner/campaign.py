@@ -292,11 +292,11 @@ def _host_worker(ctx: _Ctx, host: str, trials: list[Trial]) -> dict[str, int]:
         return counts
     # Read by the first trial's first run (runner/host_checks.py), unless an earlier run's are fresh.
     facts = HostFacts(ctx.store, host, ctx.facts_cache, ctx.loaded.inventory.sources)
-    if facts.use_cache():
-        ctx.progress.note(f"{host}: facts read {facts.cached_age_s:.0f} s ago by an earlier run (--fresh-facts "
-                          "reads them again)")
     early: EarlyRun | None = None
     try:
+        if facts.use_cache():  # in here: a disk that refuses its facts.json stops the run as any write does
+            ctx.progress.note(f"{host}: facts read {facts.cached_age_s:.0f} s ago by an earlier run (--fresh-facts "
+                              "reads them again)")
         for index, trial in enumerate(trials):
             if facts.error and early is not None:  # the host's facts were not read: nothing more of it runs
                 early.cancel()
