@@ -114,7 +114,8 @@ def _prepare_options(p: argparse.ArgumentParser) -> None:
     before.add_argument("--docker-image", default="", help="the engine's image (for --python-module)")
     before.add_argument("--vllm-subcommand", default="", help="a vLLM command the mode runs (preload)")
     before.add_argument("--answers-dir", type=Path, default=None,
-                        help="keep the vLLM subcommand's answer here (asking imports vLLM: once per install)")
+                        help="keep what is asked once per install here: the vLLM subcommand's answer (asking "
+                             "imports vLLM), where the engine's packages are and which modules to read")
 
 
 def _prepared(args: argparse.Namespace) -> tuple[dict[str, Any] | None, int]:
@@ -141,7 +142,7 @@ def _prepared(args: argparse.Namespace) -> tuple[dict[str, Any] | None, int]:
             return {"reasons": reasons, "changed": changed, "steps_s": steps}, exitcodes.OK
         more, before = prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model, args.empty_cache,
                                args.engine_python, packages, drop_scope(args.drop_scope, args.engine_kind),
-                               args.compile_bytecode)
+                               args.compile_bytecode, args.answers_dir)
     except ValueError as exc:
         print(f"coldstart prepare: {exc}", file=sys.stderr)
         return None, exitcodes.BAD_INPUT

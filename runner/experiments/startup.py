@@ -133,7 +133,7 @@ def _node_plan(ctx: TrialContext) -> NodePlan:
             "--model", engine["model"], "--make-model", to_json(make_model_argv(paths, engine)), "--check"]
     if recipe["empty_cache"]:
         argv.append("--empty-cache")
-    if runtime == "process":
+    if runtime == "process":  # where the packages are is kept in the answers folder across trials
         argv += ["--engine-python", engine_python(engine, paths.python),
                  "--bytecode-packages", ",".join(BYTECODE_PACKAGES[kind])]
         argv += ["--compile-bytecode"] if recipe["pycache"] else []
@@ -144,7 +144,9 @@ def _node_plan(ctx: TrialContext) -> NodePlan:
     if runtime == "docker":
         argv += ["--docker-image", engine["image"]]
     if recipe["preload"] and kind == "vllm":
-        argv += ["--vllm-subcommand", "preload", "--answers-dir", paths.answers_dir]
+        argv += ["--vllm-subcommand", "preload"]
+    if runtime == "process" or (recipe["preload"] and kind == "vllm"):
+        argv += ["--answers-dir", paths.answers_dir]
     argv += ["--poll-s", str(params["poll_s"]), "--timeout-s", str(node_wait_s(ctx.timeout_s)),
              "--residency", engine["model"], "--trial", ctx.trial_id, "--lease-dir", paths.lease_dir,
              "--window-marker", paths.file(WINDOW_MARKER)]
