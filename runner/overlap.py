@@ -202,10 +202,10 @@ class Overlap:
 
 
 class MarkerWatch:
-    """Calls ``seen()`` once ``path`` holds JSON whose ``lease`` is ``lease``
-    A poll is one stat (0.05 s apart): the watch runs while the phase does (:meth:`stop`)."""
+    """Calls ``seen()`` once ``path`` holds JSON whose ``lease`` is ``lease``. A poll is one stat
+    (0.02 s apart): the watch runs while the phase does (:meth:`stop`)."""
 
-    POLL_S = 0.05
+    POLL_S = 0.02
 
     def __init__(self, path: Path, lease: str, seen: Callable[[], None]) -> None:
         self.path, self.lease, self._seen = path, lease, seen
