@@ -2,7 +2,7 @@
 
     python -m nodetools.coldstart measure --launch launch.json --log server.log --out timings.json
         [--poll-s 0.05] [--timeout-s 1800] [--sleep-wake] [--residency PATH ...]
-        [--trial ID] [--lease-dir DIR] [--lock-dir DIR]
+        [--trial ID] [--lease-dir DIR] [--lock-dir DIR] [--window-marker FILE]
     python -m nodetools.coldstart prepare --dir WORKDIR --launch-json JSON [--fresh-cache DIR] [--empty-cache]
         [--page-cache drop|warm|keep] [--drop-scope global|files] [--model PATH]
         [--engine-python PY --bytecode-packages vllm,torch] [--reap-leases DIR] [--make-model ARGV_JSON]
@@ -30,10 +30,13 @@ from. With ``--sleep-wake`` the started engine is put to sleep (level 1) and wok
 and to the first token after wake are recorded. The engine is always stopped (the whole group;
 ``events.stop_requested`` to ``events.stopped`` is the stop a restart pays before its start), and
 the port checked free: a port that still answers after the stop fails the measure (7), so the
-playbook's cleanup runs only when a timer did not finish cleanly. After the stop it records what a
-trial changes on the node (``gpu_mem_mib_after_stop``; ``node_after_stop``: host memory, page cache,
-``/dev/shm`` offload buffers, :mod:`nodetools.node_state`). The engine's start, wait and stop are
-:class:`nodetools.timer.Timer`'s; this module is the command line. Stdlib only: this runs on the node.
+playbook's cleanup runs only when a timer did not finish cleanly. With ``--window-marker`` a file
+says, just before the stop, that the measured windows are over (holding ``$GPU_CAMPAIGN_LEASE``,
+the runner's lease of the run): the runner starts the host's next trial's Ansible run then.
+After the stop it records what a trial changes on the node (``gpu_mem_mib_after_stop``;
+``node_after_stop``: host memory, page cache, ``/dev/shm`` offload buffers,
+:mod:`nodetools.node_state`). The engine's start, wait and stop are :class:`nodetools.timer.Timer`'s;
+this module is the command line. Stdlib only: this runs on the node.
 
 ``prepare`` does everything before the start in one program (:mod:`nodetools.startprep`): stop
 what an earlier, killed attempt left (``--reap-leases``), make the model if it is missing
@@ -64,7 +67,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +82,10 @@ from nodetools.secret_env import SecretsError, take_secrets
 from nodetools.startprep import LAUNCH, PREPARED, Checks, PrepareError, before_prepare, drop_scope, prepare
 from nodetools.timer import Timer
 
-__all__ = ["main"]
+__all__ = ["RUNNER_LEASE_ENV", "main"]
+
+# runner/supervise.py's LEASE_VARIABLE: set on every process of a phase on a local connection.
+RUNNER_LEASE_ENV = "GPU_CAMPAIGN_LEASE"
 
 
 def _prepare_options(p: argparse.ArgumentParser) -> None:
@@ -106,7 +114,8 @@ def _prepare_options(p: argparse.ArgumentParser) -> None:
     before.add_argument("--docker-image", default="", help="the engine's image (for --python-module)")
     before.add_argument("--vllm-subcommand", default="", help="a vLLM command the mode runs (preload)")
     before.add_argument("--answers-dir", type=Path, default=None,
-                        help="keep the vLLM subcommand's answer here (asking imports vLLM: once per install)")
+                        help="keep what is asked once per install here: the vLLM subcommand's answer (asking "
+                             "imports vLLM), where the engine's packages are and which modules to read")
 
 
 def _prepared(args: argparse.Namespace) -> tuple[dict[str, Any] | None, int]:
@@ -133,7 +142,7 @@ def _prepared(args: argparse.Namespace) -> tuple[dict[str, Any] | None, int]:
             return {"reasons": reasons, "changed": changed, "steps_s": steps}, exitcodes.OK
         more, before = prepare(args.dir, launch, args.fresh_cache, args.page_cache, args.model, args.empty_cache,
                                args.engine_python, packages, drop_scope(args.drop_scope, args.engine_kind),
-                               args.compile_bytecode)
+                               args.compile_bytecode, args.answers_dir)
     except ValueError as exc:
         print(f"coldstart prepare: {exc}", file=sys.stderr)
         return None, exitcodes.BAD_INPUT
@@ -206,6 +215,8 @@ def _measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-s", type=float, default=1800)
     p.add_argument("--sleep-wake", action="store_true")
     p.add_argument("--residency", nargs="*", default=[], help="files or folders whose page-cache share to record")
+    p.add_argument("--window-marker", type=Path, default=None,
+                   help="write this file when the measured windows are over, before the engine's stop")
     add_claim_options(p)
 
 
@@ -276,6 +287,8 @@ def _measure(launch: dict[str, Any], args: argparse.Namespace, held: Claim, secr
         timer.out["error"] = "timer interrupted"
         rc = exitcodes.TIMEOUT
     finally:
+        if args.window_marker is not None:
+            _mark_window_over(args.window_marker)
         timer.stop()
         if rc == exitcodes.OK and not timer.out.get("port_free_after_stop", True):
             timer.out["error"] = f"port {timer.port} still answers after the engine was stopped"
@@ -286,6 +299,14 @@ def _measure(launch: dict[str, Any], args: argparse.Namespace, held: Claim, secr
     if rc != exitcodes.OK:
         print(f"coldstart: {_failure_line(timer.out)}", file=sys.stderr)
     return rc
+
+
+def _mark_window_over(path: Path) -> None:
+    """Say the measurement is over (the runner starts the host's next trial's Ansible run then:
+    runner/overlap.py), with the runner's lease of this run, so a marker it did not ask for (an
+    earlier run's, a remote node's folder that happens to exist on the controller) is not taken."""
+    with contextlib.suppress(OSError):  # the marker only starts the next run sooner: never fail the trial
+        write_json_atomic(path, {"lease": os.environ.get(RUNNER_LEASE_ENV, ""), "at": time.time()})
 
 
 def _failure_line(out: dict[str, Any]) -> str:

@@ -134,13 +134,15 @@ def drop_scope(asked: str, engine_kind: str) -> str:
 
 def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache: str, model: str,
             empty_cache: bool = False, engine_python: str = "", bytecode_packages: tuple[str, ...] = (),
-            drop_scope: str = "global", compile_bytecode: bool = False) -> tuple[list[str], dict[str, Any]]:
+            drop_scope: str = "global", compile_bytecode: bool = False,
+            keep: Path | None = None) -> tuple[list[str], dict[str, Any]]:
     """Put the node in the mode's state; returns what changed and what the start begins from
     (also written to ``prepare.json`` in ``workdir``). A page-cache drop is ``global`` (the whole
     machine's cache: right where the node is the campaign's alone) or ``files`` (only the model's
     files, evicted one by one: polite on a shared machine); ``before["page_cache"]`` says which ran.
     With ``compile_bytecode`` what the engine imports is compiled into its ``PYTHONPYCACHEPREFIX``
-    first, once (``before["bytecode_compiled"]``: what, how long; not part of the start)."""
+    first, once (``before["bytecode_compiled"]``: what, how long; not part of the start). ``keep``:
+    the campaign's folder on the node where the bytecode state's look-up is kept across trials."""
     changed = []
     steps: dict[str, float] = {}
     started = time.monotonic()
@@ -176,7 +178,7 @@ def prepare(workdir: Path, launch: dict[str, Any], fresh_cache: str, page_cache:
     if compiled is not None:
         before["bytecode_compiled"] = compiled
     if engine_python and bytecode_packages:
-        before["bytecode"] = bytecode_state(engine_python, env, list(bytecode_packages))
+        before["bytecode"] = bytecode_state(engine_python, env, list(bytecode_packages), keep=keep)
     steps["read_state_s"] = round(time.monotonic() - started, 3)
     started = time.monotonic()
     if page_cache == "drop" and drop_scope == "files":

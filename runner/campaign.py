@@ -155,6 +155,7 @@ def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, 
         overlap.on_task(phase, task)
 
     follower = _start_follower(ctx, trial, phase, extravars)
+    marker = overlap.watch(phase, Path(extravars["exp_remote_dir"]), lease_id(ctx.store.root, trial.id))
     try:
         if early is not None:
             early.go(on_task)
@@ -162,8 +163,9 @@ def _run_phase_followed(ctx: _Ctx, trial: Trial, phase: Phase, trial_dir: Path, 
         return _start(ctx, trial, phase, trial_dir, extravars, on_task, trial.timeout_s, ctx.stop.is_set,
                       before).wait()
     finally:
-        if follower is not None:
-            follower.stop()
+        for watcher in (follower, marker):
+            if watcher is not None:
+                watcher.stop()
 
 
 def _skip_reason(trial_dir: Path) -> str | None:

@@ -1,10 +1,12 @@
-"""Start the next trial's Ansible run while this trial collects; its first task waits for its turn.
+"""Start the next trial's Ansible run once this trial's measurement is over; its first task waits for its turn.
 
 An ansible-playbook run spends 1.4-2.1 s on the H200 (0.9 s on a 2-core VM) before its first task:
 imports, inventory, playbook and variables. A host's trials run one at a time, so that start can
-overlap the current trial's collect (the measured window is over by then; nothing of the next
-trial touches the node before its turn). The phase of the current trial names the task from which
-this is safe (``Phase.overlap_from``); the runner then starts the next trial's first phase with
+overlap the end of the current trial (the measured window is over by then; nothing of the next
+trial touches the node before its turn). The phase of the current trial names the file its node
+program writes when its windows are over (``Phase.overlap_marker``: seen on a local connection,
+:class:`MarkerWatch`, during the engine's stop) and the task from which this is safe anyway
+(``Phase.overlap_from``: the collect); the runner then starts the next trial's first phase with
 ``exp_turn_file`` set, and that playbook's first task (``lookup('turn', ...)``,
 plugins/lookup/turn.py) blocks on the file's lock, which :class:`Turn` holds. Once the current
 trial has left the node (``Phase.turn_from``: its files are still copied to the controller and
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -31,7 +34,7 @@ from runner.errors import ResultsWriteError
 from runner.execute import PhaseResult, RunningPhase
 from runner.experiments.base import Phase
 
-__all__ = ["GO", "EarlyRun", "Overlap", "Turn", "start_early"]
+__all__ = ["GO", "EarlyRun", "MarkerWatch", "Overlap", "Turn", "start_early"]
 
 logger = logging.getLogger(__name__)
 
@@ -161,20 +164,73 @@ class Overlap:
         self.next_trial_id, self._start, self._stopped = next_trial_id, start, stopped
         self.early: EarlyRun | None = None
         self.tried = False
+        self._lock = threading.Lock()  # tasks come from ansible-runner's thread, the marker from a watch's
 
     def on_task(self, phase: Phase, task: str) -> None:
         """Called for each task of this trial's phase (from ansible-runner's event thread)."""
-        if self.early is not None and phase.turn_from and task.startswith(phase.turn_from):
-            if not self._stopped():  # stopped: the next trial is cancelled, never let go
-                self.early.let_go()  # this trial has left the node: what is left copies its files home
-            return
-        if (self.tried or self._start is None or not phase.overlap_from
-                or not task.startswith(phase.overlap_from) or self._stopped()):
+        with self._lock:
+            if self.early is not None and phase.turn_from and task.startswith(phase.turn_from):
+                if not self._stopped():  # stopped: the next trial is cancelled, never let go
+                    self.early.let_go()  # this trial has left the node: what is left copies its files home
+                return
+            if phase.overlap_from and task.startswith(phase.overlap_from):
+                self._start_once()
+
+    def _start_once(self) -> None:
+        if self.tried or self._start is None or self._stopped():
             return
         self.tried = True  # once: a start that failed is not tried again at the next task
         self.early = start_early(self._start, self.next_trial_id, "in its turn")
+
+    def watch(self, phase: Phase, folder: Path, lease: str) -> MarkerWatch | None:
+        """Start the next trial's run as soon as ``phase``'s node program writes its marker (in
+        ``folder``, the trial's node folder) with ``lease``: only its own program on a local
+        connection has it (the runner's environment; over SSH the collect's first task starts it).
+        None when there is nothing to start early or to watch."""
+        if not phase.overlap_marker or self._start is None:
+            return None
+        return MarkerWatch(folder / phase.overlap_marker, lease, self._marked).begin()
+
+    def _marked(self) -> None:
+        with self._lock:
+            self._start_once()
 
     def cancel(self) -> None:
         if self.early is not None:
             self.early.cancel()
             self.early = None
+
+
+class MarkerWatch:
+    """Calls ``seen()`` once ``path`` holds JSON whose ``lease`` is ``lease``. A poll is one stat
+    (0.02 s apart): the watch runs while the phase does (:meth:`stop`)."""
+
+    POLL_S = 0.02
+
+    def __init__(self, path: Path, lease: str, seen: Callable[[], None]) -> None:
+        self.path, self.lease, self._seen = path, lease, seen
+        self._ended = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="overlap-marker", daemon=True)
+
+    def begin(self) -> MarkerWatch:
+        self._thread.start()
+        return self
+
+    def _marked(self) -> bool:
+        try:
+            if not self.path.is_file():
+                return False
+            return bool(self.lease) and json.loads(self.path.read_text()).get("lease") == self.lease
+        except (OSError, ValueError, AttributeError):  # unreadable or not the JSON object the timer writes
+            return False
+
+    def _run(self) -> None:
+        while not self._ended.wait(self.POLL_S):
+            if self._marked():
+                self._seen()
+                return
+
+    def stop(self) -> None:
+        self._ended.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()

@@ -51,6 +51,10 @@ class Phase:
     # start the next trial's run then, its first task waiting for its turn (runner/overlap.py;
     # the playbook must begin with that wait).
     overlap_from: str = ""
+    # A file (relative to exp_remote_dir) the phase's node program writes when the measurement is
+    # over, holding the runner's lease of the run: on a local connection the runner sees it and
+    # starts the next trial's run then, before ``overlap_from`` (runner/overlap.py).
+    overlap_marker: str = ""
     # The playbook begins by waiting for exp_turn_file when it is set (lookup 'turn'): the runner
     # may start this phase early, as the first phase of the next trial on the host.
     waits_for_turn: bool = False

@@ -102,6 +102,8 @@ PRELOAD_PORT = 8001
 BYTECODE_PACKAGES = {"stand-in": ("nodetools", "aiohttp"),
                      "vllm": ("vllm", "torch", "transformers", "triton", "flashinfer")}
 COLLECT_FILES = ("server.log", "timings.json", "launch.json", "preload.log", "importtime.txt")
+# Written by the timer when the measured windows are over (Phase.overlap_marker, runner/overlap.py).
+WINDOW_MARKER = "window-over.json"
 PYCACHE_FOLDER = "pycache"  # under engine.cache_root: the persistent bytecode of bytecode_persisted
 
 
@@ -131,7 +133,7 @@ def _node_plan(ctx: TrialContext) -> NodePlan:
             "--model", engine["model"], "--make-model", to_json(make_model_argv(paths, engine)), "--check"]
     if recipe["empty_cache"]:
         argv.append("--empty-cache")
-    if runtime == "process":
+    if runtime == "process":  # where the packages are is kept in the answers folder across trials
         argv += ["--engine-python", engine_python(engine, paths.python),
                  "--bytecode-packages", ",".join(BYTECODE_PACKAGES[kind])]
         argv += ["--compile-bytecode"] if recipe["pycache"] else []
@@ -142,9 +144,12 @@ def _node_plan(ctx: TrialContext) -> NodePlan:
     if runtime == "docker":
         argv += ["--docker-image", engine["image"]]
     if recipe["preload"] and kind == "vllm":
-        argv += ["--vllm-subcommand", "preload", "--answers-dir", paths.answers_dir]
+        argv += ["--vllm-subcommand", "preload"]
+    if runtime == "process" or (recipe["preload"] and kind == "vllm"):
+        argv += ["--answers-dir", paths.answers_dir]
     argv += ["--poll-s", str(params["poll_s"]), "--timeout-s", str(node_wait_s(ctx.timeout_s)),
-             "--residency", engine["model"], "--trial", ctx.trial_id, "--lease-dir", paths.lease_dir]
+             "--residency", engine["model"], "--trial", ctx.trial_id, "--lease-dir", paths.lease_dir,
+             "--window-marker", paths.file(WINDOW_MARKER)]
     if recipe["sleep_wake"]:
         argv.append("--sleep-wake")
     return NodePlan(launch=spec, commands={"trial": argv, "cleanup": cleanup_argv(paths, engine["port"])},
@@ -327,10 +332,12 @@ KIND = ExperimentKind(
     doc="docs/startup.md",
     summary="wall seconds from the start command to the first token, explained phase by phase",
     # One Ansible run a trial (prepare, measure, then collect in an always: section): each
-    # ansible-playbook start costs 1.4-2.1 s on the H200: the next trial's run starts while this
-    # one collects (runner/overlap.py).
+    # ansible-playbook start costs 1.4-2.1 s on the H200: the next trial's run starts once the
+    # timer says its windows are over (a local connection), else when this one collects
+    # (runner/overlap.py).
     phases=(Phase("trial", f"{PLAYBOOKS}/trial.yml", follow="server.log", overlap_from="collect_engine_files |",
-                  waits_for_turn=True, turn_from="collect_engine_files | Done with the node"),),
+                  overlap_marker=WINDOW_MARKER, waits_for_turn=True,
+                  turn_from="collect_engine_files | Done with the node"),),
     modes={mode: _mode_model(mode) for mode in RECIPES},
     default_modes=("first_start", "disk_cold", "page_cache_warm", "enforce_eager", "sleep_wake"),
     resources=_resources,

@@ -203,6 +203,18 @@ def test_collect_brings_back_exactly_the_files_the_trial_wrote(
     for name in ("server.log", "timings.json", "launch.json", "importtime.txt"):
         assert (raw / name).read_bytes() == (node_dir / name).read_bytes(), name
     assert "preload.log" not in (trial / "ansible/artifacts/trial/stdout").read_text()  # one run a trial
+    # The timer's window marker holds the runner's lease only where the program runs in the
+    # runner's environment (local): there the next trial's run starts before this one's collect;
+    # over SSH, where the node's folder is not the controller's, when the collect begins.
+    marker = json.loads((node_dir / "window-over.json").read_text())
+    collect_at = min(_created(e) for e in _job_events(trial) if e["event"] == "playbook_on_task_start"
+                     and e["event_data"]["task"].startswith("collect_engine_files |"))
+    next_started = json.loads((results / "trials" / f"startup.runai_streamer.r1@{host}" / "trial.json").read_text()
+                              )["phases"][0]["started"]
+    if transport == "ssh":
+        assert marker["lease"] == "" and next_started >= collect_at, (marker, next_started - collect_at)
+    else:
+        assert marker["lease"].endswith(f":startup.disk_cold.r1@{host}") and next_started < collect_at, marker
     assert json.loads((raw / "timings.json").read_text())["node_after_stop"]["mem_total_bytes"] > 0
     skipped = json.loads((results / "trials" / f"startup.runai_streamer.r1@{host}" / "trial.json").read_text())
     assert skipped["status"] == "skipped"

@@ -8,6 +8,7 @@ import itertools
 import json
 import socket
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,15 @@ experiments:
 def rows(results: Path, table: str = "startup.csv") -> dict[str, dict[str, str]]:
     with (results / table).open() as fh:
         return {f"{r['mode']}.r{r['repeat']}": r for r in csv.DictReader(fh)}
+
+
+def task_started(trial_dir: Path, prefix: str) -> float:
+    """When the trial's first task named ``prefix...`` started (its ansible-runner job events)."""
+    events = [json.loads(p.read_text()) for p in trial_dir.glob("ansible/artifacts/*/job_events/*.json")]
+    starts = [datetime.fromisoformat(e["created"]).timestamp() for e in events
+              if e.get("event") == "playbook_on_task_start" and e["event_data"].get("task", "").startswith(prefix)]
+    assert starts, (trial_dir, prefix)
+    return min(starts)
 
 
 def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: Callable[[str], Path],
@@ -133,6 +143,23 @@ def test_modes_show_page_cache_compile_cache_and_sleep_effects(write_campaign: C
         raw = results / "trials" / before["id"] / "raw" / "localhost"
         last_written = max(p.stat().st_mtime for p in raw.iterdir())
         assert last_written <= turn_at < before["ended"], (before["id"], after["id"])
+    # A startup trial that measured wrote its marker once its windows were over, just before its
+    # engine's stop, with this run's lease: the next trial's run started then (runner/overlap.py),
+    # after the measured windows and before this trial's collect began, while its turn still came
+    # only after the node was left (above).
+    for before, after in itertools.pairwise(records):
+        if before["status"] != "ok":
+            continue
+        marker = json.loads((Path(before["remote_dir"]) / "window-over.json").read_text())
+        assert marker["lease"].endswith(f":{before['id']}"), marker
+        raw = results / "trials" / before["id"] / "raw" / "localhost"
+        timings = json.loads((raw / "timings.json").read_text())
+        events = timings["events"]
+        window_end = timings["started_at"] + max(events["first_token"], events.get("first_token_after_wake", 0))
+        stop_at = timings["started_at"] + events["stop_requested"]
+        collect_at = task_started(results / "trials" / before["id"], "collect_engine_files |")
+        assert window_end - 0.001 <= marker["at"] <= stop_at + 0.001, before["id"]  # events: to 0.1 ms
+        assert marker["at"] <= after["phases"][0]["started"] < collect_at, (before["id"], after["id"])
     # A trial whose program finished cleanly has the node's state after the stop from its timer,
     # not a second read of every fact (0.64 s on the H200); the one the stand-in skipped before any
     # program ran still has the module's facts.

@@ -221,3 +221,63 @@ def test_prepare_refuses_to_empty_a_folder_near_the_root(tmp_path: Path) -> None
     done = node_tool("prepare", "--dir", str(tmp_path / "t"), "--launch-json", json.dumps(launch), "--empty-cache")
     assert done.returncode == exitcodes.BAD_INPUT
     assert done.stderr.strip() == "coldstart prepare: refusing to empty /tmp: not a cache folder (<cache_root>/<name>)"
+
+
+def age(root: Path, seconds: float = 60) -> None:
+    """Every folder under ``root`` last changed ``seconds`` ago: a folder changed within the last
+    seconds is never trusted unchanged (its mtime could hide a change in the same clock tick)."""
+    then = time.time() - seconds
+    for folder in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+        os.utime(folder, (then, then))
+
+
+def test_where_the_packages_are_is_kept_across_trials_and_the_headers_read_each_time(tmp_path: Path) -> None:
+    # The engine's interpreter and the walk of vLLM's packages cost 0.35 s a trial on the H200: a
+    # campaign's later trials reuse what the first found while nothing it depends on changed.
+    lib, keep = tmp_path / "lib", tmp_path / "node" / ".answers"
+    sources = write_package(lib, 4)
+    py_compile.compile(str(sources[0]), doraise=True)
+    age(lib)
+    env = {"PYTHONPATH": str(lib)}
+    first = bytecode_state(sys.executable, env, ["pkgx"], keep=keep)
+    assert first["located_from_earlier_trial"] is False and first["packages"]["pkgx"]["fraction"] == 0.25
+    py_compile.compile(str(sources[1]), doraise=True)  # a start writes bytecode: its headers are read again
+    again = bytecode_state(sys.executable, env, ["pkgx"], keep=keep)
+    assert again["located_from_earlier_trial"] is True
+    assert (again["packages"]["pkgx"]["current"], again["packages"]["pkgx"]["fraction"]) == (2, 0.5)
+    assert again["packages"]["pkgx"] == bytecode_state(sys.executable, env, ["pkgx"])["packages"]["pkgx"]
+    # A module added (its folder's mtime moves) is found: nothing kept is used.
+    (lib / "pkgx" / "sub" / "extra.py").write_text("X = 1\n")
+    added = bytecode_state(sys.executable, env, ["pkgx"], keep=keep)
+    assert added["located_from_earlier_trial"] is False and added["packages"]["pkgx"]["modules"] == 5
+    # ...and, changed within the last seconds, not kept for the next trial either.
+    assert bytecode_state(sys.executable, env, ["pkgx"], keep=keep)["located_from_earlier_trial"] is False
+    # A mode that compiles into its own PYTHONPYCACHEPREFIX (bytecode_persisted) is another key,
+    # and its compile, made after an earlier trial's look, is seen.
+    age(lib)
+    env_prefixed = {**env, "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache")}
+    before = bytecode_state(sys.executable, env_prefixed, ["pkgx"], keep=keep)
+    assert before["located_from_earlier_trial"] is False and before["packages"]["pkgx"]["current"] == 0
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(lib / "pkgx")],
+                   env={**os.environ, **env_prefixed}, check=True)
+    compiled = bytecode_state(sys.executable, env_prefixed, ["pkgx"], keep=keep)
+    assert compiled["located_from_earlier_trial"] is True and compiled["pycache_prefix"] == str(tmp_path / "pycache")
+    assert compiled["packages"]["pkgx"]["fraction"] == 1.0
+    # A package installed earlier on the path (its sys.path folder's mtime moves) is found there.
+    first_on_path, second_on_path = tmp_path / "a", tmp_path / "b"
+    first_on_path.mkdir()
+    write_package(second_on_path, 2)
+    age(first_on_path)
+    age(second_on_path)
+    env_path = {"PYTHONPATH": f"{first_on_path}{os.pathsep}{second_on_path}"}
+    assert bytecode_state(sys.executable, env_path, ["pkgx"], keep=keep)["packages"]["pkgx"]["path"] == \
+        str(second_on_path / "pkgx")
+    assert bytecode_state(sys.executable, env_path, ["pkgx"], keep=keep)["located_from_earlier_trial"] is True
+    write_package(first_on_path, 2)
+    moved = bytecode_state(sys.executable, env_path, ["pkgx"], keep=keep)
+    assert moved["located_from_earlier_trial"] is False
+    assert moved["packages"]["pkgx"]["path"] == str(first_on_path / "pkgx")
+    # A kept answer that cannot be read is asked again, not trusted.
+    for kept in keep.glob("bytecode-*.json"):
+        kept.write_text("{")
+    assert bytecode_state(sys.executable, env, ["pkgx"], keep=keep)["located_from_earlier_trial"] is False

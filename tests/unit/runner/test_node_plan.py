@@ -53,6 +53,10 @@ def test_the_startup_program_carries_the_planned_launch_and_every_option() -> No
     assert "--empty-cache" in argv and _option(argv, "--fresh-cache") == ""  # first_start: the persistent cache
     assert float(_option(argv, "--timeout-s")) == first.timeout_s - 30  # the node's wait ends before the phase's
     assert _option(argv, "--bytecode-packages") == "nodetools,aiohttp"
+    # The marker the runner watches (Phase.overlap_marker) is in the trial's folder; where the
+    # packages are is kept across trials in the campaign's answers folder beside it.
+    assert _option(argv, "--window-marker") == f"{first.remote_dir}/{KINDS['startup'].phases[0].overlap_marker}"
+    assert _option(argv, "--answers-dir") == f"{first.remote_dir.rsplit('/', 1)[0]}/.answers"
     fresh = trials["fresh_container"].node
     assert _option(list(fresh.commands["trial"]), "--fresh-cache").endswith("/fresh-cache")
     assert (fresh.launch or {})["env"]["VLLM_CACHE_ROOT"].startswith(_option(list(fresh.commands["trial"]),
@@ -80,6 +84,7 @@ experiments:
     assert preload[preload.index("--vllm-subcommand") + 1:preload.index("--vllm-subcommand") + 3][0] == "preload"
     assert _option(preload, "--engine-python") == "/opt/torch/bin/python3"
     assert _option(preload, "--bytecode-packages") == "vllm,torch,transformers,triton,flashinfer"
+    assert preload.count("--answers-dir") == 1  # the subcommand's answer and the packages' place: one folder
     launch = trials["startup.preload"].node.launch or {}
     assert launch["argv"][:4] == ["/opt/torch/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve"]
     assert launch["preload_port"] == 8001 and launch["secret_env"] == ["HF_TOKEN"]

@@ -14,15 +14,19 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from nodetools.coldstart import RUNNER_LEASE_ENV, _mark_window_over
 from runner.execute import start_phase
-from runner.overlap import EarlyRun, Turn
-from runner.supervise import reap
+from runner.experiments.base import Phase
+from runner.overlap import EarlyRun, MarkerWatch, Overlap, Turn
+from runner.supervise import LEASE_VARIABLE, reap
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -164,3 +168,65 @@ def test_a_runner_that_dies_holding_the_turn_lets_no_node_work_happen(tmp_path: 
     assert result.status == "failed"
     assert "the runner wrote 'nothing'" in result.failures[0].message
     assert not marker.exists()
+
+
+def test_the_next_run_starts_when_this_runs_node_program_marks_its_window_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marker the timer writes before the engine's stop (nodetools/coldstart.py) starts the next
+    trial's run once, from the watch's thread; only a marker with this run's lease counts (over SSH
+    the node program has none: the collect's first task starts it, as before)."""
+    starts: list[str] = []
+
+    def start() -> Any:  # what starts the next run: here, which thread asked
+        starts.append(threading.current_thread().name)
+        return object()
+
+    overlap = Overlap(start, "t.r2@localhost", lambda: False)
+    phase = Phase("trial", "trial.yml", overlap_from="collect |", overlap_marker="window-over.json")
+    marker = tmp_path / "window-over.json"
+    watch = overlap.watch(phase, tmp_path, "results:1:t.r1@localhost")
+    assert watch is not None
+    try:
+        marker.write_text('{"lease": "results:2:t.r1@localhost"}')  # an earlier run's
+        time.sleep(5 * MarkerWatch.POLL_S)
+        marker.write_text('{"lea')  # torn: the timer renames a whole file into place, never this
+        time.sleep(5 * MarkerWatch.POLL_S)
+        monkeypatch.delenv(LEASE_VARIABLE, raising=False)
+        _mark_window_over(marker)  # a program that got no lease (over SSH)
+        time.sleep(5 * MarkerWatch.POLL_S)
+        assert starts == []
+        monkeypatch.setenv(RUNNER_LEASE_ENV, "results:1:t.r1@localhost")
+        _mark_window_over(marker)
+        deadline = time.monotonic() + 10
+        while not starts and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert starts == ["overlap-marker"]
+        overlap.on_task(phase, "collect | Remove the engine's secrets file")  # the old trigger: not again
+    finally:
+        watch.stop()
+    assert starts == ["overlap-marker"] and overlap.tried
+    assert RUNNER_LEASE_ENV == LEASE_VARIABLE  # the runner sets the name the node program reads
+
+
+def test_without_a_marker_the_collect_starts_the_next_run(tmp_path: Path) -> None:
+    starts: list[str] = []
+
+    def start() -> Any:
+        starts.append("start")
+        return object()
+
+    overlap = Overlap(start, "t.r2@localhost", lambda: False)
+    phase = Phase("trial", "trial.yml", overlap_from="collect |", overlap_marker="window-over.json")
+    watch = overlap.watch(phase, tmp_path, "results:1:t.r1@localhost")
+    assert watch is not None
+    try:
+        overlap.on_task(phase, "Prepare, then start, time and stop the engine")
+        assert starts == []
+        overlap.on_task(phase, "collect | Remove the engine's secrets file")
+        overlap.on_task(phase, "collect | Done with the node")
+    finally:
+        watch.stop()
+    assert starts == ["start"]
+    # No marker named, or nothing to start: no watch at all.
+    assert overlap.watch(Phase("trial", "trial.yml"), tmp_path, "x") is None
+    assert Overlap(None, "", lambda: False).watch(phase, tmp_path, "x") is None
