@@ -51,17 +51,19 @@ class FactsCache:
     def default(cls, max_age_s: float = FACTS_MAX_AGE_S) -> FactsCache:
         return cls(cache_folder("facts"), max_age_s)
 
-    def _name(self, sources: Sequence[str], host: str) -> str:
-        return entry_name("facts", host, files_digest(sources), _readers_digest())
+    def _name(self, sources: Sequence[str], host: str) -> str | None:
+        sources_digest = files_digest(sources)  # None: too many files to hash, not cached
+        return entry_name("facts", host, sources_digest, _readers_digest()) if sources_digest else None
 
     def get(self, sources: Sequence[str], host: str) -> tuple[dict[str, Any], float] | None:
         """The host's facts and their age in seconds, while fresh; else None."""
         if self.max_age_s <= 0:
             return None
         try:
-            entry = read_entry(self.folder, self._name(sources, host), _ENTRY_SHAPE)
+            name = self._name(sources, host)
         except OSError:  # an inventory file that cannot be read now: Ansible will say so
             return None
+        entry = read_entry(self.folder, name, _ENTRY_SHAPE) if name else None
         if entry is None or entry["host"] != host:
             return None
         age = time.time() - entry["read_at"]
@@ -72,4 +74,5 @@ class FactsCache:
             name = self._name(sources, host)
         except OSError:
             return
-        write_entry(self.folder, name, {"read_at": read_at, "host": host, "facts": facts})
+        if name:
+            write_entry(self.folder, name, {"read_at": read_at, "host": host, "facts": facts})

@@ -23,6 +23,8 @@ __all__ = ["CACHE_VARIABLE", "cache_folder", "entry_name", "files_digest", "read
 logger = logging.getLogger(__name__)
 
 CACHE_VARIABLE = "GPU_CAMPAIGN_CACHE"
+_BYTES_READ = 1 << 20  # larger files count by size and mtime
+_MAX_FILES = 2000  # a tree with more is not cached (hashing it would cost what the cache saves)
 
 
 def cache_folder(part: str) -> Path:
@@ -35,10 +37,13 @@ def entry_name(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32] + ".json"
 
 
-def files_digest(paths: Sequence[str | Path]) -> str:
+def files_digest(paths: Sequence[str | Path]) -> str | None:
     """Each path as given (resolved where it exists) and the names and bytes of its files (a
-    folder's, all the way down); a path that is not there counts by its text (a host list)."""
+    folder's, all the way down); a path that is not there counts by its text (a host list). A file
+    over ``_BYTES_READ`` counts by its size and modification time (an inventory folder may hold
+    carried builds or a wheelhouse). None past ``_MAX_FILES`` files: such a tree is not cached."""
     digest = hashlib.sha256()
+    seen = 0
     for given in paths:
         path = Path(given)
         if not path.exists():
@@ -47,7 +52,12 @@ def files_digest(paths: Sequence[str | Path]) -> str:
         path = path.resolve()
         digest.update(str(path).encode() + b"\0")
         for f in sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()):
-            digest.update(str(f.relative_to(path.parent)).encode() + b"\0" + f.read_bytes() + b"\0")
+            seen += 1
+            if seen > _MAX_FILES:
+                return None
+            stat = f.stat()
+            body = f.read_bytes() if stat.st_size <= _BYTES_READ else f"{stat.st_size}:{stat.st_mtime_ns}".encode()
+            digest.update(str(f.relative_to(path.parent)).encode() + b"\0" + body + b"\0")
     return digest.hexdigest()
 
 

@@ -52,9 +52,12 @@ def _cache_entry(inventory: InventorySources, pattern: str, limit: str | None) -
     try:
         version = metadata.version("ansible-core")
         configs = [c for c in (os.environ.get("ANSIBLE_CONFIG"), *(Path(c).expanduser() for c in _CONFIGS)) if c]
-        return entry_name("hosts", __version__, version, files_digest(inventory.sources), pattern, limit,
-                          inventory.enabled_plugins, files_digest(configs), files_digest(_READERS),
-                          sorted((k, v) for k, v in os.environ.items() if k.startswith("ANSIBLE_")))
+        digests = [files_digest(inventory.sources), files_digest(configs), files_digest(_READERS)]
+        if None in digests:  # too many files to hash: not cached
+            return None
+        settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("ANSIBLE_"))
+        return entry_name("hosts", __version__, version, digests[0], pattern, limit, inventory.enabled_plugins,
+                          digests[1], digests[2], settings)
     except (OSError, metadata.PackageNotFoundError):
         return None
 

@@ -4,6 +4,7 @@ host of the same inventory files, and written to the results folder as a read wo
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -93,3 +94,25 @@ def test_host_facts_read_by_a_run_are_cached_and_serve_the_next_run(tmp_path: Pa
     assert second.facts == FACTS and second.cached_age_s is not None and second.cached_age_s >= 0
     assert json.loads((later.root / "hosts/h1/facts.json").read_text()) == FACTS
     assert not HostFacts(later, "h1", FactsCache(tmp_path / "cache", 0), inventory).use_cache()
+
+
+def test_a_large_file_counts_by_size_and_time_and_a_huge_tree_is_not_cached(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inventory: list[str]) -> None:
+    from runner import user_cache
+
+    folder = Path(inventory[0]).parent
+    big = folder / "files" / "wheel.whl"  # a carried build beside the inventory: never read whole
+    big.parent.mkdir()
+    big.write_bytes(b"\0" * (user_cache._BYTES_READ + 1))
+    cache = FactsCache(tmp_path / "cache")
+    cache.put([str(folder)], "h1", FACTS, time.time())
+    assert cache.get([str(folder)], "h1") is not None
+    stat = big.stat()
+    os.utime(big, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # rewritten: another entry
+    assert cache.get([str(folder)], "h1") is None
+
+    monkeypatch.setattr(user_cache, "_MAX_FILES", 1)  # the folder holds 2 files
+    assert user_cache.files_digest([str(folder)]) is None
+    entries = set((tmp_path / "cache").glob("*.json"))
+    cache.put([str(folder)], "h1", FACTS, time.time())
+    assert cache.get([str(folder)], "h1") is None and set((tmp_path / "cache").glob("*.json")) == entries
