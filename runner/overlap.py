@@ -207,18 +207,24 @@ class MarkerWatch:
 
     POLL_S = 0.02
 
+    # A marker older than the watch is an earlier attempt's (same results, same pid in a container):
+    # it must not start the next run during this trial's window. The slack covers coarse file times.
+    _SLACK_NS = 10_000_000
+
     def __init__(self, path: Path, lease: str, seen: Callable[[], None]) -> None:
         self.path, self.lease, self._seen = path, lease, seen
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._run, name="overlap-marker", daemon=True)
+        self._began_ns = time.time_ns()
 
     def begin(self) -> MarkerWatch:
+        self._began_ns = time.time_ns()
         self._thread.start()
         return self
 
     def _marked(self) -> bool:
         try:
-            if not self.path.is_file():
+            if not self.path.is_file() or self.path.stat().st_mtime_ns < self._began_ns - self._SLACK_NS:
                 return False
             return bool(self.lease) and json.loads(self.path.read_text()).get("lease") == self.lease
         except (OSError, ValueError, AttributeError):  # unreadable or not the JSON object the timer writes

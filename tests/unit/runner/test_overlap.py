@@ -11,6 +11,7 @@ fixed sleep: under load it took longer than 3 s, and its wait was then shown as 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -206,6 +207,29 @@ def test_the_next_run_starts_when_this_runs_node_program_marks_its_window_over(
         watch.stop()
     assert starts == ["overlap-marker"] and overlap.tried
     assert RUNNER_LEASE_ENV == LEASE_VARIABLE  # the runner sets the name the node program reads
+
+
+def test_a_marker_left_by_an_earlier_attempt_starts_nothing(tmp_path: Path) -> None:
+    """An interrupted attempt's marker holds the same lease where the runner got the same pid (a
+    container): left in the folder, it must not start the next run during the retry's window."""
+    starts: list[str] = []
+    overlap = Overlap(lambda: starts.append("start"), "t.r2@localhost", lambda: False)
+    phase = Phase("trial", "trial.yml", overlap_from="collect |", overlap_marker="window-over.json")
+    marker = tmp_path / "window-over.json"
+    marker.write_text('{"lease": "results:1:t.r1@localhost"}')
+    os.utime(marker, ns=(time.time_ns() - 5 * 10**9,) * 2)  # written 5 s before this attempt
+    watch = overlap.watch(phase, tmp_path, "results:1:t.r1@localhost")
+    assert watch is not None
+    try:
+        time.sleep(5 * MarkerWatch.POLL_S)
+        assert starts == []
+        marker.write_text('{"lease": "results:1:t.r1@localhost"}')  # this attempt's window is over
+        deadline = time.monotonic() + 10
+        while not starts and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert starts == ["start"]
+    finally:
+        watch.stop()
 
 
 def test_without_a_marker_the_collect_starts_the_next_run(tmp_path: Path) -> None:
