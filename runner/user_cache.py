@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +37,30 @@ def entry_name(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32] + ".json"
 
 
+def _inventory_files(path: Path) -> Iterator[Path]:
+    """What Ansible reads for an inventory source: a file and the group_vars/host_vars beside it, or
+    a folder all the way down (links followed, each folder once; hidden names skipped, as Ansible
+    skips them)."""
+    if path.is_file():
+        yield path
+        roots = [path.parent / "group_vars", path.parent / "host_vars"]
+    else:
+        roots = [path]
+    seen: set[tuple[int, int]] = set()
+    for root in (r for r in roots if r.is_dir()):
+        for folder, dirs, files in os.walk(root, followlinks=True):
+            stat = Path(folder).stat()
+            if (stat.st_dev, stat.st_ino) in seen:
+                dirs[:] = []
+                continue
+            seen.add((stat.st_dev, stat.st_ino))
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            yield from (Path(folder) / f for f in sorted(files) if not f.startswith("."))
+
+
 def files_digest(paths: Sequence[str | Path]) -> str | None:
-    """Each path as given (resolved where it exists) and the names and bytes of its files (a
-    folder's, all the way down); a path that is not there counts by its text (a host list). A file
+    """Each path as given (resolved where it exists) and the names and bytes of what Ansible reads
+    for it (``_inventory_files``); a path that is not there counts by its text (a host list). A file
     over ``_BYTES_READ`` counts by its size and modification time (an inventory folder may hold
     carried builds or a wheelhouse). None past ``_MAX_FILES`` files: such a tree is not cached."""
     digest = hashlib.sha256()
@@ -51,13 +72,13 @@ def files_digest(paths: Sequence[str | Path]) -> str | None:
             continue
         path = path.resolve()
         digest.update(str(path).encode() + b"\0")
-        for f in sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file()):
+        for f in _inventory_files(path):
             seen += 1
             if seen > _MAX_FILES:
                 return None
             stat = f.stat()
             body = f.read_bytes() if stat.st_size <= _BYTES_READ else f"{stat.st_size}:{stat.st_mtime_ns}".encode()
-            digest.update(str(f.relative_to(path.parent)).encode() + b"\0" + body + b"\0")
+            digest.update(os.path.relpath(f, path.parent).encode() + b"\0" + body + b"\0")
     return digest.hexdigest()
 
 

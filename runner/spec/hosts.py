@@ -49,6 +49,8 @@ def _cache_entry(inventory: InventorySources, pattern: str, limit: str | None) -
     read (-i: a script may answer differently each time) or that may not be opened are not cached."""
     if inventory.enabled_plugins is None or any(source_problem(s, True) for s in inventory.sources):
         return None
+    if limit and "@" in limit:  # -l @FILE: the file's hosts may change under the same text
+        return None
     try:
         version = metadata.version("ansible-core")
         configs = [c for c in (os.environ.get("ANSIBLE_CONFIG"), *(Path(c).expanduser() for c in _CONFIGS)) if c]

@@ -116,3 +116,22 @@ def test_a_large_file_counts_by_size_and_time_and_a_huge_tree_is_not_cached(
     entries = set((tmp_path / "cache").glob("*.json"))
     cache.put([str(folder)], "h1", FACTS, time.time())
     assert cache.get([str(folder)], "h1") is None and set((tmp_path / "cache").glob("*.json")) == entries
+
+
+def test_vars_beside_an_inventory_file_and_through_a_link_are_part_of_the_key(
+        tmp_path: Path, inventory: list[str]) -> None:
+    """Ansible reads group_vars/ and host_vars/ beside an inventory file, links followed: a new
+    ansible_host there is another machine, whose facts these are not."""
+    real = tmp_path / "site-vars"
+    real.mkdir()
+    (real / "h1.yml").write_text("ansible_host: 10.0.0.1\n")
+    (Path(inventory[0]).parent / "host_vars").symlink_to(real)
+    cache = FactsCache(tmp_path / "cache")
+    cache.put(inventory, "h1", FACTS, time.time())
+    assert cache.get(inventory, "h1") is not None
+    (real / "h1.yml").write_text("ansible_host: 10.0.0.2\n")
+    assert cache.get(inventory, "h1") is None
+    (real / ".h1.yml.swp").write_text("an editor's file")  # hidden: Ansible skips it, so does the key
+    cache.put(inventory, "h1", FACTS, time.time())
+    (real / ".h1.yml.swp").write_text("changed")
+    assert cache.get(inventory, "h1") is not None

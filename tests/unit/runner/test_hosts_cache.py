@@ -86,3 +86,12 @@ def test_a_broken_entry_is_resolved_again(inventory: Path, tmp_path: Path) -> No
     entry.write_text(json.dumps({"hosts": "h9"}))
     assert resolve_hosts(_data(inventory), "gpu", None, None) == (["h1", "h2"], [])
     assert json.loads(entry.read_text()) == {"hosts": ["h1", "h2"]}
+
+
+def test_a_limit_read_from_a_file_is_never_cached(inventory: Path, tmp_path: Path) -> None:
+    limit = tmp_path / "limit.txt"
+    limit.write_text("h1\n")
+    assert resolve_hosts(_data(inventory), "gpu", f"@{limit}", None) == (["h1"], [])
+    limit.write_text("h2\n")  # the same -l text, another host
+    assert resolve_hosts(_data(inventory), "gpu", f"@{limit}", None) == (["h2"], [])
+    assert _entries(tmp_path) == 0
