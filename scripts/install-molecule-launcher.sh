@@ -9,7 +9,7 @@
 set -euo pipefail
 
 venv=${1:-"$(dirname "$0")/../.venv"}
-venv=$(cd "$venv" && pwd)
+venv=$(cd -- "$venv" >/dev/null && pwd)  # >/dev/null: cd prints the folder under CDPATH
 python=$venv/bin/python
 [ -x "$python" ] || { echo "install-molecule-launcher.sh: no $python" >&2; exit 2; }
 
@@ -24,15 +24,27 @@ print(found[0])
 ')
 module=${entry%%:*}
 func=${entry#*:}
-case "$module$func" in
-  *[!A-Za-z0-9_.]*) echo "install-molecule-launcher.sh: unexpected entry point $entry" >&2; exit 2 ;;
-esac
+case "$module" in *[!A-Za-z0-9_.]*|"") echo "install-molecule-launcher.sh: unexpected entry point $entry" >&2; exit 2 ;; esac
+case "$func" in *[!A-Za-z0-9_]*|"") echo "install-molecule-launcher.sh: unexpected entry point $entry" >&2; exit 2 ;; esac
+
+# The kernel splits a shebang at a space and may cut it past 127 bytes: then, as pip does, sh
+# starts the interpreter (the second line is a shell command and a Python string at once).
+long=0
+case "$python" in *[[:space:]]*) long=1 ;; esac
+[ ${#python} -gt 120 ] && long=1
+if [ "$long" = 1 ]; then
+  shebang="#!/bin/sh
+'''exec' \"$python\" \"\$0\" \"\$@\"
+' '''"
+else
+  shebang="#!$python"
+fi
 
 target=$venv/bin/molecule
 tmp=$(mktemp "$target.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 cat > "$tmp" <<EOF
-#!$python
+$shebang
 # Written by scripts/install-molecule-launcher.sh in place of pip's script: molecule runs
 # ansible-config from PATH before it reads any config, so this venv's bin/ goes first on PATH.
 import os

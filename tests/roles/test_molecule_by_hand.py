@@ -88,6 +88,17 @@ def test_the_launcher_is_what_makes_bare_molecule_work(tmp_path: Path) -> None:
     _assert_lists_fio(_molecule_list(molecule, tmp_path))
 
 
+def test_the_launcher_works_from_a_venv_whose_path_has_a_space(tmp_path: Path) -> None:
+    """The kernel splits a shebang at a space: there sh starts the venv's python, as pip's scripts do."""
+    pytest.importorskip("molecule", reason="molecule is a dev extra (scripts/test-roles.sh installs it)")
+    venv = _venv_copy(tmp_path / "my venvs" / "venv")
+    subprocess.run([str(REPO / "scripts/install-molecule-launcher.sh"), str(venv)], check=True, timeout=60,
+                   env={**os.environ, "CDPATH": str(tmp_path)})  # cd would print the folder under CDPATH
+    molecule = venv / "bin" / "molecule"
+    assert molecule.read_text().startswith("#!/bin/sh\n")
+    _assert_lists_fio(_molecule_list(molecule, tmp_path))
+
+
 def test_create_outside_the_harness_stops_with_one_line_saying_what_to_run(tmp_path: Path) -> None:
     variables = tmp_path / "molecule.json"  # what molecule passes the create playbook
     variables.write_text(json.dumps({
