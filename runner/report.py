@@ -20,7 +20,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.errors import RunnerError
 from runner.experiments import KINDS
@@ -35,10 +35,7 @@ from runner.report_summary import aggregate_rows, json_value, summary_json, type
 from runner.report_table import Table, positional
 from runner.store import ResultsStore
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-__all__ = ["aggregate_rows", "build_report", "json_value", "summary_frame", "typed_rows"]
+__all__ = ["aggregate_rows", "build_report", "json_value", "typed_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +67,9 @@ def _load_records(store: ResultsStore) -> dict[str, TrialRecord]:
     return records
 
 
-def summary_frame(store: ResultsStore, records: dict[str, TrialRecord] | None = None,
-                  plan: dict[str, Any] | None = None) -> pd.DataFrame:
-    """The summary as a pandas frame (the report itself writes it from :func:`_summary_table`, the same cells)."""
-    return _frame(_summary_rows(store, records, plan))
-
-
 def _summary_table(rows: list[dict[str, Any]]) -> Table:
-    """The summary's columns (the base ones, then every metric sorted) and cells, as :func:`_frame` types them."""
+    """The summary's columns (the base ones, then every metric sorted) and cells, typed per column as
+    pandas' ``convert_dtypes`` typed them (:class:`Table`)."""
     metrics = sorted({c for row in rows for c in row} - set(_BASE_COLUMNS))
     return Table(rows, _BASE_COLUMNS + metrics)
 
@@ -92,16 +84,6 @@ def _summary_rows(store: ResultsStore, records: dict[str, TrialRecord] | None = 
         rows.append(_row(t, r))
     rows.extend(_row(r, r) for r in records.values())  # trials of an earlier plan stay visible
     return rows
-
-
-def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    import pandas as pd  # noqa: PLC0415 - pandas costs 0.5-1 s: only when a report is built
-    frame = pd.DataFrame(rows)
-    if frame.empty:
-        return pd.DataFrame(columns=_BASE_COLUMNS)
-    metric_cols = sorted(c for c in frame.columns if c not in _BASE_COLUMNS)
-    # Nullable dtypes: an integer metric with a gap stays an integer, the gap an empty cell.
-    return frame[_BASE_COLUMNS + metric_cols].convert_dtypes()
 
 
 def _row(planned: dict[str, Any], record: TrialRecord | None) -> dict[str, Any]:
