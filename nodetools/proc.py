@@ -231,7 +231,8 @@ def interrupt_on_term() -> None:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write then rename: a killed tool never leaves a torn record behind."""
-    tmp = path.with_name(f"{path.name}.tmp")
+    """Write then rename: a killed tool never leaves a torn record behind, and two writers of one
+    record (two campaigns on a node) never rename each other's half-written file into place."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)

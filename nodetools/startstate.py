@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nodetools.proc import write_json_atomic
+
 __all__ = ["MAX_CACHE_FILES", "MAX_PYC_CHECKS", "bytecode_state", "cache_state", "locate", "pyc_fraction", "pyc_path"]
 
 MAX_PYC_CHECKS = 400  # .pyc headers read per package at most (an even spread past that)
@@ -271,10 +273,8 @@ def _located_and_samples(python: str, env: Mapping[str, str], packages: list[str
     if kept is not None and all(m is None or m < racy for m in mtimes):
         with contextlib.suppress(OSError):  # kept only to save the next trial's time
             kept.parent.mkdir(parents=True, exist_ok=True)
-            tmp = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"python": python, "packages": packages, "located": located,
-                                       "samples": samples, "watched": watched, "mtimes": mtimes}))
-            tmp.replace(kept)
+            write_json_atomic(kept, {"python": python, "packages": packages, "located": located,
+                                     "samples": samples, "watched": watched, "mtimes": mtimes})
     return located, samples, False
 
 
