@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -215,7 +216,7 @@ class MarkerWatch:
         self.path, self.lease, self._seen = path, lease, seen
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._run, name="overlap-marker", daemon=True)
-        self._began_ns = time.time_ns()
+        self._began_ns = 0
 
     def begin(self) -> MarkerWatch:
         self._began_ns = time.time_ns()
@@ -224,7 +225,8 @@ class MarkerWatch:
 
     def _marked(self) -> bool:
         try:
-            if not self.path.is_file() or self.path.stat().st_mtime_ns < self._began_ns - self._SLACK_NS:
+            found = self.path.stat()  # one stat a poll; a missing file is the usual answer
+            if not stat.S_ISREG(found.st_mode) or found.st_mtime_ns < self._began_ns - self._SLACK_NS:
                 return False
             return bool(self.lease) and json.loads(self.path.read_text()).get("lease") == self.lease
         except (OSError, ValueError, AttributeError):  # unreadable or not the JSON object the timer writes
