@@ -8,6 +8,12 @@ the node's torch would replace PyPI's:
   (vllm_images_build_from_source). Its build backend is in the sdist itself (no setuptools needed
   offline); it calls the nvcc and the C++ compiler it is given, as a CUDA extension's build does, and
   writes what it saw into ``mock_vllm.built_on_node``.
+* ``mock_vllm-0.24.0+stubs.tar.gz``, the same whose build also needs a build-only package the node
+  lacks, as LMCache 0.5.6's imports ``grpc_tools`` (``[build-system] requires`` names it, pinned to
+  another version than the one given: versions are not compared), and
+  ``mock_grpc_tools-1.84.0-py3-none-any.whl`` and ``-1.84.1-`` (stand-ins for grpcio-tools), the
+  wheels given in the item's ``build_wheels``. Its build imports ``mock_grpc_tools`` and writes where
+  from into ``mock_vllm.built_on_node.STUBS``.
 
     python make_mock_builds.py DIR
 """
@@ -15,12 +21,14 @@ the node's torch would replace PyPI's:
 import base64
 import hashlib
 import io
+import json
 import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
-WHEEL_VERSION, SDIST_VERSION = "0.24.0+local", "0.24.0+node"
+WHEEL_VERSION, SDIST_VERSION, STUBS_VERSION = "0.24.0+local", "0.24.0+node", "0.24.0+stubs"
+BUILD_ONLY_VERSIONS = ("1.84.0", "1.84.1")
 STAMP = (2026, 1, 1, 0, 0, 0)
 # The words of an extension built for another torch, as the H200 gave them for LMCache's.
 CUDA_OPS = ('raise ImportError("/opt/vllm/site/mock_vllm/cuda_ops.so: undefined symbol: '
@@ -28,7 +36,8 @@ CUDA_OPS = ('raise ImportError("/opt/vllm/site/mock_vllm/cuda_ops.so: undefined 
 BACKEND = '''"""MOCK PEP 517 backend: "compiles" with the given nvcc and C++ compiler, then writes the wheel."""
 import base64, hashlib, os, shutil, subprocess, zipfile
 
-VERSION = "%s"
+VERSION = "%(version)s"
+GENERATE_STUBS = %(stubs)s
 
 
 def _record(path, data):
@@ -45,11 +54,17 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     cxx = os.environ.get("CXX", "c++")
     for tool in (nvcc, cxx):  # a CUDA extension's build calls both; a missing one fails here
         subprocess.run([tool, "--version"], check=True)
+    stubs = None
+    if GENERATE_STUBS:  # as LMCache's build_py runs "from grpc_tools import protoc"
+        import mock_grpc_tools
+        stubs = os.path.dirname(mock_grpc_tools.__file__)
     dist = "mock_vllm-%%s.dist-info" %% VERSION
     files = {
         "mock_vllm/__init__.py": '__version__ = "%%s"\\n' %% VERSION,
-        "mock_vllm/built_on_node.py": "NVCC = %%r\\nCUDA_HOME = %%r\\nARCH = %%r\\nPYTHONPATH = %%r\\n" %% (
-            nvcc, os.environ.get("CUDA_HOME"), os.environ.get("TORCH_CUDA_ARCH_LIST"), os.environ.get("PYTHONPATH")),
+        "mock_vllm/built_on_node.py": (
+            "NVCC = %%r\\nCUDA_HOME = %%r\\nARCH = %%r\\nPYTHONPATH = %%r\\nSTUBS = %%r\\n" %% (
+                nvcc, os.environ.get("CUDA_HOME"), os.environ.get("TORCH_CUDA_ARCH_LIST"),
+                os.environ.get("PYTHONPATH"), stubs)),
         dist + "/METADATA": "Metadata-Version: 2.1\\nName: mock-vllm\\nVersion: %%s\\n" %% VERSION,
         dist + "/WHEEL": "Wheel-Version: 1.0\\nGenerator: mock_backend\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
     }
@@ -60,7 +75,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             whl.writestr(path, data)
         whl.writestr(dist + "/RECORD", "\\n".join(record) + "\\n")
     return name
-''' % SDIST_VERSION
+'''
 
 
 def record_line(path: str, data: bytes) -> str:
@@ -85,12 +100,29 @@ def local_wheel(out: Path) -> None:
         whl.writestr(zipfile.ZipInfo(f"{dist}/RECORD", STAMP), "\n".join(record) + "\n")
 
 
-def sdist(out: Path) -> None:
-    top = f"mock_vllm-{SDIST_VERSION}"
+def build_only_wheel(out: Path, version: str) -> None:
+    dist = f"mock_grpc_tools-{version}.dist-info"
     files = {
-        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "mock_backend"\nbackend-path = ["."]\n',
-        "mock_backend.py": BACKEND,
-        "PKG-INFO": f"Metadata-Version: 2.1\nName: mock-vllm\nVersion: {SDIST_VERSION}\n",
+        "mock_grpc_tools/__init__.py": (f'"""MOCK stand-in for grpcio-tools: only a build imports it."""\n'
+                                        f'__version__ = "{version}"\n'),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: mock-grpc-tools\nVersion: {version}\n",
+        f"{dist}/WHEEL": ("Wheel-Version: 1.0\nGenerator: make_mock_builds.py\nRoot-Is-Purelib: true\n"
+                           "Tag: py3-none-any\n"),
+    }
+    record = [record_line(p, d.encode()) for p, d in files.items()] + [f"{dist}/RECORD,,"]
+    with zipfile.ZipFile(out / f"mock_grpc_tools-{version}-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as whl:
+        for path, data in files.items():
+            whl.writestr(zipfile.ZipInfo(path, STAMP), data)
+        whl.writestr(zipfile.ZipInfo(f"{dist}/RECORD", STAMP), "\n".join(record) + "\n")
+
+
+def sdist(out: Path, version: str, requires: list[str]) -> None:
+    top = f"mock_vllm-{version}"
+    files = {
+        "pyproject.toml": (f'[build-system]\nrequires = {json.dumps(requires)}\nbuild-backend = "mock_backend"\n'
+                           'backend-path = ["."]\n'),
+        "mock_backend.py": BACKEND % {"version": version, "stubs": bool(requires)},
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: mock-vllm\nVersion: {version}\n",
     }
     with tarfile.open(out / f"{top}.tar.gz", "w:gz") as tar:
         for path, text in files.items():
@@ -104,7 +136,10 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     local_wheel(out)
-    sdist(out)
+    for version in BUILD_ONLY_VERSIONS:
+        build_only_wheel(out, version)
+    sdist(out, SDIST_VERSION, [])
+    sdist(out, STUBS_VERSION, ["mock-grpc-tools==1.78.0"])  # the way LMCache 0.5.6 pins grpcio-tools
 
 
 if __name__ == "__main__":
