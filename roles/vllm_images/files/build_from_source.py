@@ -45,10 +45,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 import zipfile
 from pathlib import Path
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (vLLM still supports it): pip's own copy of tomli
+    from pip._vendor import tomli as tomllib
 try:
     from packaging.requirements import InvalidRequirement, Requirement
 except ImportError:  # not in this Python: pip is (the build runs it), with its own copy
