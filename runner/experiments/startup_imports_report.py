@@ -23,6 +23,12 @@ def _mb(value: Any) -> float | None:
     return round(value / 1e6, 1) if isinstance(value, int | float) else None
 
 
+def _costliest(packages: dict[str, float], n: int) -> list[tuple[str, float]]:
+    """The ``n`` packages of most seconds: a trial's record is stored with sorted keys, so the order it
+    was measured in is gone by the time the report reads it."""
+    return sorted(packages.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
 def _summary(rows: list[dict[str, Any]]) -> list[str]:
     import pandas as pd  # noqa: PLC0415 - only when a report is built
 
@@ -36,7 +42,7 @@ def _summary(rows: list[dict[str, Any]]) -> list[str]:
             table.append({"mode": r["mode"], "repeat": r["repeat"], "process": label, "window_s": entry["seconds"],
                           "profiled_s": entry.get("profiled_s"), "cpu_s": entry.get("cpu_s"),
                           "read_mb": _mb(entry.get("read_bytes")),
-                          "costliest": ", ".join(f"{k} {v:.2f}" for k, v in list(packages.items())[:3])})
+                          "costliest": ", ".join(f"{k} {v:.2f}" for k, v in _costliest(packages, 3))})
     return [markdown_table(pd.DataFrame(table))] if table else []
 
 

@@ -89,3 +89,17 @@ def test_bytecode_columns_say_how_many_modules_lacked_a_pyc_and_why() -> None:
     assert out["pyc_missing_modules"] == 1200
     assert out["pyc_packages"]["torch"]["reasons"] == {"stale": 1000, "no_pycache_dir": 200}
     assert "flashinfer" not in out["pyc_packages"] and out["bytecode_compile_s"] == 41.5
+
+
+def test_the_summary_names_the_costliest_packages_not_the_first_in_name_order() -> None:
+    """trial.json is written with sorted keys: the packages come back in name order (cv2, networkx,
+    numpy, ... torch), and the H100 lease's report listed the three first names as the costliest."""
+    from runner.experiments.startup_imports_report import _summary
+
+    packages = {"cv2": 0.34, "networkx": 0.46, "numpy": 0.39, "sympy": 1.48, "torch": 6.51, "transformers": 3.38}
+    row = {"mode": "page_cache_warm", "repeat": 1,
+           "_imports": {"api": {"seconds": 18.0, "profiled_s": 17.9, "cpu_s": 21.1, "read_bytes": 0,
+                                "packages": dict(sorted(packages.items()))}}}
+    table = "\n".join(_summary([row]))
+    assert "torch 6.51, transformers 3.38, sympy 1.48" in table
+    assert "cv2" not in table
