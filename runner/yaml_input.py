@@ -78,17 +78,22 @@ def _measure(root: yaml.Node) -> None:
     """Refuse documents that expand past the limits; aliases are counted as often as used, but each
     node is measured once, so a bomb is caught in time linear in the file."""
     sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values when expanded, depth)
+    open_: set[int] = set()  # the nodes whose children are being measured: the current node's ancestors
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
         if id(node) in sizes:
             continue
+        if not done and id(node) in open_:  # `&a [*a]`: PyYAML builds a list that holds itself
+            raise InputError(node.start_mark.line + 1, "an alias names the mapping or list it is inside "
+                             "(a cycle, which expands without end): refused")
         children: list[yaml.Node] = []
         if isinstance(node, yaml.MappingNode):
             children = [n for pair in node.value for n in pair]
         elif isinstance(node, yaml.SequenceNode):
             children = list(node.value)
         if not done:
+            open_.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in children if id(c) not in sizes)
             continue
@@ -100,6 +105,7 @@ def _measure(root: yaml.Node) -> None:
         if depth > LIMITS["depth"]:
             raise InputError(node.start_mark.line + 1, f"nests deeper than {LIMITS['depth']} levels: refused")
         sizes[id(node)] = (values, depth)
+        open_.discard(id(node))
 
 
 def _check_node(node: yaml.Node, seen: set[int]) -> None:

@@ -161,3 +161,20 @@ def test_token_counts_are_not_credentials(write_campaign: Callable[[str], Path])
                           "  env_from_controller: [HF_TOKEN]\n")
     engine = load_campaign(path).campaign.engine
     assert engine is not None and engine.env_from_controller == ["HF_TOKEN"]
+
+
+@pytest.mark.parametrize("block", ["description: &a [*a]\n", "engine: &e {model: m, args: *e}\n",
+                                   "description: &a [[[x, *a]]]\n"])
+def test_an_alias_inside_what_it_names_is_refused_not_expanded_forever(write_campaign: Callable[[str], Path],
+                                                                       block: str) -> None:
+    # PyYAML builds a list that holds itself: the bounds walked it without end (a hang, memory growing).
+    path = write_campaign(GOOD + block)
+    started = time.monotonic()
+    assert error_of(path).startswith(f"{path}:6: an alias names the mapping or list it is inside (a cycle")
+    assert time.monotonic() - started < 2
+
+
+def test_an_alias_used_twice_is_no_cycle(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD.replace("modes: [noop]", "modes: {noop: &p {}, skip: {reason: x}}\n"
+                                       "    engine_args: {a: &l [1, 2], b: *l}"))
+    assert load_campaign(path).campaign.experiments[0].engine_args == {"a": [1, 2], "b": [1, 2]}
