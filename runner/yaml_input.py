@@ -8,11 +8,13 @@ problem must come back as one line naming the file and line, never as a tracebac
 from __future__ import annotations
 
 import math
-import stat
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from runner.files import KERNEL_FILE, NotRegularFile, open_regular, read_at_most
 
 __all__ = ["LIMITS", "InputError", "Loc", "format_loc", "line_for", "load_yaml_text", "read_yaml"]
 
@@ -33,20 +35,19 @@ class InputError(Exception):
 
 def _read_text(path: Path) -> str:
     try:
-        info = path.stat()
+        with open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > LIMITS["bytes"]:
+                raise InputError(1, f"is {size} bytes: larger than the {LIMITS['bytes']}-byte limit")
+            raw = read_at_most(fh, LIMITS["bytes"] + 1)
+    except NotRegularFile as exc:
+        if exc.kind == "a directory":
+            raise InputError(1, "is a folder, not a file") from exc
+        if exc.kind == KERNEL_FILE:
+            raise InputError(1, f"is {KERNEL_FILE}: kernel state, never read as input") from exc
+        raise InputError(1, "is not a regular file (a FIFO, socket or device is never read)") from exc
     except OSError as exc:
-        raise InputError(1, f"cannot read: {exc.strerror}") from exc
-    if stat.S_ISDIR(info.st_mode):
-        raise InputError(1, "is a folder, not a file")
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(1, "is not a regular file (a FIFO, socket or device is never read)")
-    if info.st_size > LIMITS["bytes"]:
-        raise InputError(1, f"is {info.st_size} bytes: larger than the {LIMITS['bytes']}-byte limit")
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(LIMITS["bytes"] + 1)
-    except OSError as exc:
-        raise InputError(1, f"cannot read: {exc.strerror}") from exc
+        raise InputError(1, f"cannot read: {exc.strerror or exc}") from exc
     if len(raw) > LIMITS["bytes"]:  # it grew between stat and read
         raise InputError(1, f"is larger than the {LIMITS['bytes']}-byte limit")
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):

@@ -409,3 +409,9 @@ def test_dropping_shutdown_keywords_after_the_first_shutdown_changes_nothing(
     monkeypatch.setattr(vllm_log, "_KW_FIND_AFTER_SHUTDOWN", vllm_log._KW_FIND)
     assert parse_log_file(path) == fast
     assert fast["shutdown_seen"] is True
+
+
+def test_cli_refuses_a_kernel_file() -> None:
+    # /proc/kmsg waited for the kernel's next message: parse-log hung (and took messages from syslog).
+    _assert_one_line_error(_cli("/proc/self/status"), "/proc/self/status",
+                           "cannot read file: a kernel file (/proc, /sys), not a regular file")

@@ -178,3 +178,33 @@ def test_an_alias_used_twice_is_no_cycle(write_campaign: Callable[[str], Path]) 
     path = write_campaign(GOOD.replace("modes: [noop]", "modes: {noop: &p {}, skip: {reason: x}}\n"
                                        "    engine_args: {a: &l [1, 2], b: *l}"))
     assert load_campaign(path).campaign.experiments[0].engine_args == {"a": [1, 2], "b": [1, 2]}
+
+
+@pytest.mark.parametrize("option", [[], ["-e"], ["-l"]])
+def test_a_kernel_file_is_never_read_as_input(write_campaign: Callable[[str], Path], option: list[str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # /proc/kmsg is a regular file whose read waits for the kernel's next message (the run hung),
+    # and hands each message to one reader only: nothing under /proc or /sys is read as input.
+    from runner.cli import main
+
+    kernel = "/proc/self/status"  # the same file system; harmless to name
+    argv = [kernel, "--plan"] if not option else [str(write_campaign(GOOD)), "--plan", *option, f"@{kernel}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "a kernel file (/proc, /sys)" in err[0], err
+    assert err[0].startswith({"-e": f"-e @{kernel}:1: ", "-l": f"-l @{kernel}: limit file "}.get(
+        option[0] if option else "", f"{kernel}:1: "))
+
+
+def test_a_read_that_would_wait_is_an_error_not_a_hang() -> None:
+    """What keeps a file that waits (a kernel file under another mount of /proc) from hanging a
+    reader: the file is opened without waiting, and a read that would wait raises."""
+    from runner.files import _NoWaitFile
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    with _NoWaitFile(read_end, "rb", closefd=True) as fh:
+        for read in (lambda: fh.read(10), fh.readall, lambda: fh.readinto(bytearray(10))):
+            with pytest.raises(BlockingIOError, match="would wait"):
+                read()
+    os.close(write_end)
