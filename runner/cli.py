@@ -75,7 +75,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="with --plan only: the plan as JSON")
     p.add_argument("--show-launch", action="store_true",
                    help="with --plan: each trial's engine command line, as its node will exec it")
-    p.add_argument("--results", type=Path, help="results folder (default: results/<campaign name>/)")
+    p.add_argument("--results", type=_folder, help="results folder (default: results/<campaign name>/)")
     p.add_argument("--fresh", action="store_true", help="move earlier results aside and start over")
     p.add_argument("--retry-failed", action="store_true", help="run failed trials again on resume")
     p.add_argument("--parallel", type=int, default=8, metavar="N", help="hosts worked on at once (8)")
@@ -87,6 +87,14 @@ def _run_parser() -> argparse.ArgumentParser:
     out.add_argument("--plain", action="store_true", help="plain log lines instead of a live display")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
+
+
+def _folder(text: str) -> Path:
+    """A folder argument: an empty one is refused (``Path("")`` is the working folder, which a
+    ``--fresh`` would empty)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: name a folder ('.' for this one)")
+    return Path(text)
 
 
 def _version() -> str:
@@ -237,7 +245,7 @@ def _cmd_report(argv: list[str]) -> int:
     from runner.report import build_report
 
     p = argparse.ArgumentParser(prog="python -m runner report", description="Rebuild summary.csv and report.md.")
-    p.add_argument("results_dir", type=Path)
+    p.add_argument("results_dir", type=_folder)
     args = p.parse_args(argv)
     _crash_site.results = args.results_dir
     if not os.path.isdir(args.results_dir):  # noqa: PTH112 -- never raises (Path.is_dir does on a name over NAME_MAX)
