@@ -15,7 +15,7 @@ from typing import Any
 
 from runner.errors import SpecError
 from runner.secrets import is_secret_name, looks_like_credential
-from runner.yaml_input import LIMITS, InputError, load_yaml_text, read_yaml
+from runner.yaml_input import LIMITS, InputError, load_yaml_text, lone_surrogate, read_yaml
 
 __all__ = ["Override", "apply_overrides", "parse_overrides"]
 
@@ -89,6 +89,8 @@ def _mapping(data: Any, what: str) -> dict[Any, Any]:
 
 
 def _parse_one(item: str) -> list[Override]:
+    if not item.startswith("@") and lone_surrogate(item):  # a file's name may hold any byte; its text is checked
+        raise ValueError("holds bytes that are not UTF-8 text (the locale could not decode them)")
     if item.startswith("@"):
         name = item[1:]
         try:

@@ -16,7 +16,7 @@ import yaml
 
 from runner.files import KERNEL_FILE, NotRegularFile, open_regular, read_at_most
 
-__all__ = ["LIMITS", "InputError", "Loc", "format_loc", "line_for", "load_yaml_text", "read_yaml"]
+__all__ = ["LIMITS", "InputError", "Loc", "format_loc", "line_for", "load_yaml_text", "lone_surrogate", "read_yaml"]
 
 Loc = tuple[str | int, ...]
 
@@ -128,10 +128,25 @@ def _check_node(node: yaml.Node, seen: set[int]) -> None:
                 stack.extend((key_node, value_node))
         elif isinstance(n, yaml.SequenceNode):
             stack.extend(n.value)
-        elif isinstance(n, yaml.ScalarNode) and n.tag == "tag:yaml.org,2002:float":
-            value = yaml.safe_load(n.value) if n.style is None else None
-            if isinstance(value, float) and not math.isfinite(value):
-                raise InputError(n.start_mark.line + 1, f"{n.value!r} is not a finite number")
+        elif isinstance(n, yaml.ScalarNode):
+            if not n.value.isascii() and lone_surrogate(n.value):
+                raise InputError(n.start_mark.line + 1, "holds a \\ud800-\\udfff escape: half a UTF-16 pair, "
+                                 "which YAML never joins and no UTF-8 file or Ansible variable can carry (write the "
+                                 "character itself)")
+            if n.tag == "tag:yaml.org,2002:float":
+                value = yaml.safe_load(n.value) if n.style is None else None
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise InputError(n.start_mark.line + 1, f"{n.value!r} is not a finite number")
+
+
+def lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: a YAML ``"\\ud800"`` escape, or a command-line byte
+    the locale could not decode. Every trial of a campaign holding one failed where Ansible read it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def line_map(root: yaml.Node) -> dict[Loc, int]:

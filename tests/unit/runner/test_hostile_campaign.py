@@ -208,3 +208,11 @@ def test_a_read_that_would_wait_is_an_error_not_a_hang() -> None:
             with pytest.raises(BlockingIOError, match="would wait"):
                 read()
     os.close(write_end)
+
+
+@pytest.mark.parametrize("block", ['  env: {X: "a\\ud800"}\n', '  args: {chat-template: "\\udcff"}\n',
+                                   '  env: {X: "\\ud83d\\ude00"}\n'])
+def test_half_a_utf16_pair_is_refused_at_its_line(write_campaign: Callable[[str], Path], block: str) -> None:
+    # --plan passed it; every trial then failed where Ansible read its variables (rc=4).
+    path = write_campaign(GOOD + "engine:\n  model: m\n" + block)
+    assert error_of(path).startswith(f"{path}:8: holds a \\ud800-\\udfff escape: half a UTF-16 pair")

@@ -5,6 +5,7 @@ the option, and "did you mean" for near misses."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,6 +81,19 @@ def test_an_override_error_names_the_option_not_a_line(write_campaign: Callable[
         load_campaign(path, overrides=parse_overrides(["defaults.repeats=0", "engine.prot=1"]))
     assert info.value.lines == ["-e defaults.repeats=0: defaults.repeats: must be >= 1",
                                 "-e engine.prot=1: engine.prot: unknown key: did you mean 'port'?"]
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    (os.fsdecode(b"engine.env.X=\xff"), "holds bytes that are not UTF-8 text"),
+    (os.fsdecode(b'{"description": "\xff"}'), "holds bytes that are not UTF-8 text"),
+    ('{"description": "\\ud800"}', "half a UTF-16 pair"),
+])
+def test_text_no_utf8_file_can_hold_is_refused(item: str, message: str) -> None:
+    # A byte the locale could not decode (argv holds it as a surrogate) or a JSON "\ud800" escape
+    # passed --plan; every trial then failed where Ansible read its variables.
+    with pytest.raises(SpecError) as info:
+        parse_overrides([item])
+    assert len(info.value.lines) == 1 and message in info.value.lines[0]
 
 
 @pytest.mark.parametrize(("item", "message"), [
