@@ -18,7 +18,11 @@ from pydantic import BaseModel, ConfigDict
 from runner.experiments.node_plan import NodePaths, NodePlan
 from runner.records import TrialRecord
 
-__all__ = ["ExperimentKind", "KindReport", "ModeParams", "Phase", "Resources", "TrialContext"]
+__all__ = ["MAX_SECONDS", "ExperimentKind", "KindReport", "ModeParams", "Phase", "Resources", "TrialContext"]
+
+
+# The longest any one thing a campaign names may take (a phase's timeout_s, a mode's seconds): a week.
+MAX_SECONDS = 7 * 24 * 3600
 
 
 class ModeParams(BaseModel):

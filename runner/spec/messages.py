@@ -14,6 +14,8 @@ __all__ = ["did_you_mean", "errors_of"]
 
 
 def _num(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))  # 1048576, not 1.04858e+06
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from runner.experiments import KINDS
+from runner.experiments.base import MAX_SECONDS
 from runner.inventory import InventorySources
 from runner.secrets import shown_name
 from runner.spec.messages import did_you_mean
@@ -25,7 +26,8 @@ __all__ = ["MAX_REPEATS", "MAX_TIMEOUT_S", "MAX_TRIALS", "Campaign", "Defaults",
 # Bounds on what one campaign may ask for: a typo must not plan a billion trials.
 MAX_REPEATS = 1000
 MAX_TRIALS = 10_000
-MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_GPU_INDEX = 1023  # CUDA_VISIBLE_DEVICES of a node: more than any node holds
+MAX_TIMEOUT_S = MAX_SECONDS
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
@@ -71,7 +73,8 @@ class Engine(_Strict):
     model: str = Field(min_length=1, description="model path on the node, or a model id")
     served_model_name: str | None = None
     port: int = Field(default=8000, ge=1, le=65535)
-    gpus: list[int] = Field(default_factory=list, description="GPU indices the engine may use")
+    gpus: list[Annotated[int, Field(le=MAX_GPU_INDEX)]] = Field(default_factory=list, max_length=MAX_GPU_INDEX + 1,
+                                                                description="GPU indices the engine may use")
     args: dict[str, EngineArg] = Field(default_factory=dict, description="vllm serve flags as data")
     env: dict[str, str] = Field(default_factory=dict, description="environment of the engine (no secrets: "
                                 "see env_from_controller)")

@@ -216,3 +216,36 @@ def test_half_a_utf16_pair_is_refused_at_its_line(write_campaign: Callable[[str]
     # --plan passed it; every trial then failed where Ansible read its variables (rc=4).
     path = write_campaign(GOOD + "engine:\n  model: m\n" + block)
     assert error_of(path).startswith(f"{path}:8: holds a \\ud800-\\udfff escape: half a UTF-16 pair")
+
+
+OFFLOAD = Path(__file__).resolve().parents[3] / "campaigns" / "offload-local.yaml"
+
+
+@pytest.mark.parametrize(("mode", "key", "value", "bound"), [
+    ("hbm_only", "engine_copies", "10" * 9, "must be <= 64"),  # planned a port and a GPU share per copy: a hang
+    ("native_cpu", "offload_gib", "1e300", "must be <= 1073741824"),  # int(inf) in the sizing: exit 5
+    ("tiered", "fs_gib", "1e300", "must be <= 1073741824"),
+    ("hbm_only", "workload.sessions", "10" * 9, "must be <= 100000"),  # passed the plan, for the node to build
+    ("hbm_only", "quality.doc_tokens", "10" * 9, "must be <= 10000000"),
+    ("hbm_only", "ready_timeout_s", "1e300", "must be <= 604800"),
+])
+def test_offload_parameters_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str, key: str,
+                                        value: str, bound: str) -> None:
+    from runner.cli import main
+
+    started = time.monotonic()
+    option = f"experiments.1.modes.{mode}.{key}={value}"
+    assert main([str(OFFLOAD), "--plan", "--only", f"offload.{mode}", "-e", option,
+                 "--results", str(tmp_path / "results")]) == 2
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err.splitlines() == [f"-e {option}: experiments[1].modes.{mode}.{key}: {bound}"]
+
+
+@pytest.mark.parametrize(("block", "expected"), [
+    ("modes: {sleep: {seconds: 1e300}}", "experiments[0].modes.sleep.seconds: must be <= 604800"),
+    ("modes: [noop]\n    engine_args: {}\nengine: {model: m, gpus: [100000]}", "engine.gpus[0]: must be <= 1023"),
+])
+def test_selftest_seconds_and_gpu_indices_are_bounded(write_campaign: Callable[[str], Path], block: str,
+                                                      expected: str) -> None:
+    path = write_campaign(GOOD.replace("modes: [noop]", block))
+    assert error_of(path).split(": ", 1)[1] == expected
