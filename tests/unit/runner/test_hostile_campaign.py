@@ -241,6 +241,15 @@ def test_offload_parameters_are_bounded(tmp_path: Path, capsys: pytest.CaptureFi
     assert capsys.readouterr().err.splitlines() == [f"-e {option}: experiments[1].modes.{mode}.{key}: {bound}"]
 
 
+def test_offload_copies_past_the_last_port_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import main
+
+    assert main([str(OFFLOAD), "--plan", "--only", "offload.hbm_only", "-e", "engine.port=65535",
+                 "-e", "experiments.1.modes.hbm_only.engine_copies=2", "--results", str(tmp_path / "results")]) == 3
+    assert "refused: engine_copies: 2 copies listen on ports 65535-65536, past 65535: lower engine.port" in \
+        capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("block", "expected"), [
     ("modes: {sleep: {seconds: 1e300}}", "experiments[0].modes.sleep.seconds: must be <= 604800"),
     ("modes: [noop]\n    engine_args: {}\nengine: {model: m, gpus: [100000]}", "engine.gpus[0]: must be <= 1023"),
