@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from runner.experiments import KINDS
-from runner.experiments.base import MAX_SECONDS
+from runner.experiments.base import MAX_SECONDS, NumbersAreNotBooleans
 from runner.inventory import InventorySources
 from runner.secrets import shown_name
 from runner.spec.messages import did_you_mean
@@ -51,7 +51,7 @@ def _scalar(text: str) -> Any:
     return text
 
 
-class _Strict(BaseModel):
+class _Strict(NumbersAreNotBooleans):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 

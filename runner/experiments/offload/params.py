@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import ConfigDict, Field, computed_field
 
 from nodetools.loadgen.workload import MAX_FAILED_REQUESTS, QualitySpec, Workload
-from runner.experiments.base import MAX_SECONDS, ModeParams
+from runner.experiments.base import MAX_SECONDS, ModeParams, NumbersAreNotBooleans
 
 __all__ = ["MODES", "RECIPES", "TRIAL_FS_DIR", "OffloadParams", "QualityParams", "WorkloadParams"]
 
@@ -50,7 +50,7 @@ _MAX_COPIES = 64  # engine copies on one node: each needs a port and its share o
 _SEED = {"ge": -(2**63), "le": 2**63 - 1}
 
 
-class _Strict(BaseModel):
+class _Strict(NumbersAreNotBooleans):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 

@@ -258,3 +258,27 @@ def test_selftest_seconds_and_gpu_indices_are_bounded(write_campaign: Callable[[
                                                       expected: str) -> None:
     path = write_campaign(GOOD.replace("modes: [noop]", block))
     assert error_of(path).split(": ", 1)[1] == expected
+
+
+@pytest.mark.parametrize(("block", "expected"), [
+    ("defaults: {repeats: yes}\n", "defaults.repeats"),  # planned one repeat, silently
+    ("defaults: {timeout_s: on}\n", "defaults.timeout_s"),
+    ("engine: {model: m, port: true}\n", "engine.port"),
+    ("engine: {model: m, gpus: [true]}\n", "engine.gpus"),
+])
+def test_true_or_false_is_no_number(write_campaign: Callable[[str], Path], block: str, expected: str) -> None:
+    path = write_campaign(GOOD + block)
+    assert error_of(path) == f"{path}:6: {expected}: must be a number, not true or false"
+
+
+def test_true_or_false_is_no_mode_parameter_number(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD.replace("modes: [noop]", "modes: {sleep: {seconds: true}}"))
+    assert error_of(path).endswith("experiments[0].modes.sleep.seconds: must be a number, not true or false")
+
+
+def test_flags_and_switches_still_take_true_and_false(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD.replace("modes: [noop]", "modes: [noop]\n    engine_args: {enforce-eager: true}")
+                          + "engine: {model: m, args: {enable-sleep-mode: false}}\n")
+    loaded = load_campaign(path)
+    assert loaded.campaign.experiments[0].engine_args == {"enforce-eager": True}
+    assert loaded.campaign.engine is not None and loaded.campaign.engine.args == {"enable-sleep-mode": False}
