@@ -158,6 +158,8 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
                                   inventory=args.inventory or None, limit=args.limit), args.only)
     root = args.results or Path("results") / loaded.campaign.name
     _crash_site.results = root
+    if not args.fresh:
+        _refuse_another_campaigns_folder(root, loaded.campaign.name)
     plan = expand(loaded, _cached_facts(root, loaded.hosts), results=root)
     if args.plan:
         _print_plan(plan.as_dict(), args.json, args.show_launch)
@@ -228,6 +230,21 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
         print("error: no trial measured anything (every one was skipped)", file=sys.stderr)
         return EXIT_REFUSED
     return EXIT_OK
+
+
+def _refuse_another_campaigns_folder(root: Path, name: str) -> None:
+    """A run of campaign B into A's results folder replaced A's campaign.yaml and plan.json with B's and
+    mixed the two campaigns' trials in one report: refused unless ``--fresh`` moves A's results aside."""
+    from runner.store import ResultsStore
+
+    if not os.path.isdir(root):  # noqa: PTH112 -- never raises (Path.is_dir does on a name over NAME_MAX)
+        return
+    run = ResultsStore(root, quarantine=False).read_run()
+    other = run.get("campaign") if run else None
+    if isinstance(other, str) and other != name:
+        raise SpecError([f"--results {root}: holds the results of campaign {other!r}, not {name!r}: a run would "
+                         "mix the two and replace its campaign.yaml; give this run another --results, or add "
+                         "--fresh to move those results aside first"])
 
 
 def _cached_facts(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, object]]:

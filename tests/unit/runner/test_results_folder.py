@@ -230,3 +230,19 @@ def test_an_empty_results_path_is_a_usage_error(campaign: Path, argv: list[str],
         main(argv if argv[0] == "report" else [str(campaign), *argv])
     assert info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith("an empty path: name a folder ('.' for this one)")
+
+
+@pytest.mark.parametrize("args", [["--plan"], ["--quiet"]])
+def test_another_campaigns_results_folder_is_refused(campaign: Path, tmp_path: Path, args: list[str],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # It ran (exit 0), replaced the other campaign's campaign.yaml and plan.json, and mixed both in one report.
+    from tests.support.results_folder import make_results
+
+    results = tmp_path / "theirs"
+    make_results(tmp_path / "other", results)
+    before = {p: p.read_bytes() for p in results.rglob("*") if p.is_file()}
+    assert main([str(campaign), *args, "--results", str(results)]) == 2
+    assert _one_error(capsys) == (f"--results {results}: holds the results of campaign 'hostile', not 'demo': a run "
+                                  "would mix the two and replace its campaign.yaml; give this run another --results, "
+                                  "or add --fresh to move those results aside first")
+    assert {p: p.read_bytes() for p in results.rglob("*") if p.is_file()} == before
