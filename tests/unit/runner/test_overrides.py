@@ -189,6 +189,16 @@ def test_only_keeps_experiments_and_modes_with_the_same_trial_ids(write_campaign
         "--only fact: no experiment 'fact' (known: selftest, facts): did you mean 'facts'?"]
 
 
+def test_only_selects_an_experiment_whose_name_holds_a_dot(write_campaign: Callable[[str], Path]) -> None:
+    # `name: gmu0.9` is a valid name, but --only split it at its first dot: "no experiment 'gmu0'".
+    loaded = load_campaign(write_campaign(CAMPAIGN.replace("  - kind: facts\n", "  - {kind: facts, name: gmu0.9}\n")))
+    assert [t.id for t in expand(select(loaded, ["gmu0.9"])).trials] == ["gmu0.9.default.r1@localhost"]
+    assert [t.id for t in expand(select(loaded, ["gmu0.9.default"])).trials] == ["gmu0.9.default.r1@localhost"]
+    with pytest.raises(SpecError) as info:
+        select(loaded, ["gmu0.9.nap"])
+    assert info.value.lines == ["--only gmu0.9.nap: experiment gmu0.9 has no mode 'nap' (known: default)"]
+
+
 def test_unknown_mode_and_kind_suggest_the_near_miss(write_campaign: Callable[[str], Path]) -> None:
     path = write_campaign(CAMPAIGN.replace("noop: }", "nop: }").replace("kind: facts", "kind: fatcs"))
     with pytest.raises(SpecError) as info:
