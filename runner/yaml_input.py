@@ -22,6 +22,7 @@ Loc = tuple[str | int, ...]
 
 # Generous for any real campaign (the largest shipped one is ~3 KiB, ~150 values, depth 6).
 LIMITS = {"bytes": 1024 * 1024, "values": 100_000, "depth": 32}
+_MAX_DIGITS = 100  # Python refuses to read an integer of over 4,300 digits: the error named no line
 
 
 class InputError(Exception):
@@ -133,6 +134,9 @@ def _check_node(node: yaml.Node, seen: set[int]) -> None:
                 raise InputError(n.start_mark.line + 1, "holds a \\ud800-\\udfff escape: half a UTF-16 pair, "
                                  "which YAML never joins and no UTF-8 file or Ansible variable can carry (write the "
                                  "character itself)")
+            if n.tag == "tag:yaml.org,2002:int" and len(n.value) > _MAX_DIGITS:
+                raise InputError(n.start_mark.line + 1, f"an integer of {len(n.value)} characters: no value a "
+                                 "campaign holds is that long")
             if n.tag == "tag:yaml.org,2002:float":
                 value = yaml.safe_load(n.value) if n.style is None else None
                 if isinstance(value, float) and not math.isfinite(value):
@@ -209,6 +213,10 @@ def _load(text: str) -> tuple[Any, dict[Loc, int]]:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError as exc:
         raise InputError(1, f"nests deeper than {LIMITS['depth']} levels: refused") from exc
+    except yaml.reader.ReaderError as exc:  # a control character: where it is, not a multi-line dump
+        raise InputError(text[: exc.position].count("\n") + 1,
+                         f"holds the character U+{exc.character:04X}, which YAML does not allow (a control "
+                         "character)") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputError(mark.line + 1 if mark is not None else 1,
@@ -219,8 +227,12 @@ def _load(text: str) -> tuple[Any, dict[Loc, int]]:
     _check_node(node, set())
     try:
         data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError, ValueError) as exc:  # composed fine, so rare: a bad tag value
-        raise InputError(1, f"not valid YAML: {exc}") from exc
+    except yaml.MarkedYAMLError as exc:  # composed fine, but no data: a tag such as !!python/object, a bad merge
+        mark = exc.problem_mark
+        raise InputError(mark.line + 1 if mark is not None else 1,
+                         f"not valid YAML: {' '.join(str(exc.problem or exc).split())}") from exc
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        raise InputError(1, f"not valid YAML: {' '.join(str(exc).split())}") from exc
     return _unshared(data), line_map(node)
 
 

@@ -282,3 +282,20 @@ def test_flags_and_switches_still_take_true_and_false(write_campaign: Callable[[
     loaded = load_campaign(path)
     assert loaded.campaign.experiments[0].engine_args == {"enforce-eager": True}
     assert loaded.campaign.engine is not None and loaded.campaign.engine.args == {"enable-sleep-mode": False}
+
+
+@pytest.mark.parametrize(("block", "line", "message"), [
+    ("description: !!python/object/apply:os.system ['id']\n", 6,
+     "not valid YAML: could not determine a constructor for the tag "
+     "'tag:yaml.org,2002:python/object/apply:os.system'"),
+    ("engine:\n  model: m\n  <<: [1, 2]\n", 8, "not valid YAML: expected a mapping for merging, but found scalar"),
+    ("engine:\n  model: m\n  ? [a, b]\n  : 1\n", 8, "not valid YAML: found unhashable key"),
+    ("engine: {model: m, port: " + "9" * 5000 + "}\n", 6,
+     "an integer of 5000 characters: no value a campaign holds is that long"),
+    ("description: a\x07b\n", 6, "holds the character U+0007, which YAML does not allow (a control character)"),
+])
+def test_yaml_that_gives_no_data_is_named_at_its_line(write_campaign: Callable[[str], Path], block: str, line: int,
+                                                      message: str) -> None:
+    # Each was reported at line 1, most with PyYAML's multi-line text ("in "<unicode string>", line 6 ...").
+    path = write_campaign(GOOD + block)
+    assert error_of(path) == f"{path}:{line}: {message}"
