@@ -30,7 +30,7 @@ def _split(dotted: str) -> tuple[str | int, ...]:
     for part in dotted.split("."):
         if not part:
             raise ValueError("a key path has an empty part ('a..b', '.a' or 'a.')")
-        parts.append(int(part) if part.isdigit() else part)
+        parts.append(int(part) if part.isascii() and part.isdigit() else part)  # '²' and '٣' are digits too
     if len(parts) > _MAX_KEY_PARTS:
         raise ValueError(f"a key path has more than {_MAX_KEY_PARTS} parts")
     return tuple(parts)

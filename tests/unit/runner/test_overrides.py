@@ -110,6 +110,14 @@ def test_malformed_overrides_are_one_line(item: str, message: str) -> None:
     assert len(info.value.lines) == 1 and message in info.value.lines[0]
 
 
+@pytest.mark.parametrize("index", ["\u00b2", "\u0663"])
+def test_a_list_index_is_ascii_digits(write_campaign: Callable[[str], Path], index: str) -> None:
+    # str.isdigit() holds for '²' (then int() raised: "invalid literal for int()") and for '٣' (taken as 3).
+    with pytest.raises(SpecError) as info:
+        load_campaign(write_campaign(CAMPAIGN), overrides=parse_overrides([f"experiments.{index}.repeats=2"]))
+    assert info.value.lines == [f"-e experiments.{index}.repeats=2: experiments.{index}: no such list item"]
+
+
 def test_extra_vars_are_read_as_ansible_playbook_reads_them(tmp_path: Path) -> None:
     """Several pairs in one -e, quoting, text values from key=value, typed values from YAML/JSON
     and @file: the same keys and values as ansible-playbook's own extra vars."""
