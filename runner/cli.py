@@ -133,14 +133,14 @@ def _print_plan(plan_dict: dict[str, object], as_json: bool, show_launch: bool =
         res = f"gpus={r['gpus'] or '-'} exclusive={'yes' if r['exclusive'] else 'no'} ram={r['host_ram_gib']:g}GiB"
         print(f"{t['id']:<{width}}  {t['host']:<12} {t['experiment']:<12} {t['mode']:<18} {t['repeat']:>3}  {res}")
         for why in t.get("refusals") or []:
-            print(f"{'':<{width}}  refused: {why}")
+            print(_one_line(f"{'':<{width}}  refused: {why}"))
         if show_launch:
             node = t.get("node") or {}
             launches = node.get("copies") or ([t["launch"]] if t.get("launch") else [])
             for launch in launches:
-                print(f"  launch: {_launch_line(launch)}")
+                print(_one_line(f"  launch: {_launch_line(launch)}"))
             if node.get("skip"):
-                print(f"  skipped on the node: {node['skip']}")
+                print(_one_line(f"  skipped on the node: {node['skip']}"))
     refused = sum(1 for t in trials if t.get("refusals"))
     print(f"{len(trials)} trial(s) in campaign {plan_dict['campaign']}"
           + (f"; {refused} refused by the campaign's own settings" if refused else ""))
@@ -166,7 +166,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         return EXIT_REFUSED if plan.refused else EXIT_OK
     if plan.refused:
         for trial in plan.refused:
-            print(f"{trial.id}: refused: {'; '.join(trial.refusals)}", file=sys.stderr)
+            print(_one_line(f"{trial.id}: refused: {'; '.join(trial.refusals)}"), file=sys.stderr)
         print(f"error: the campaign's own settings refuse {len(plan.refused)} trial(s); nothing was started "
               "(fix the values, or leave those modes out with --only)", file=sys.stderr)
         return EXIT_REFUSED
@@ -214,7 +214,7 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
         written = f"(no report: {exc})"
     print(f"{loaded.campaign.name}: {counts}; results in {root} {written}")
     if outcome.stopped:
-        print(f"error: stopped early: {outcome.stopped}; every file already written is whole, and the same "
+        print(f"error: stopped early: {_one_line(outcome.stopped)}; every file already written is whole, and the same "
               "command resumes once there is room", file=sys.stderr)
         return EXIT_RESULTS
     if outcome.interrupted:
@@ -294,12 +294,13 @@ def _cmd_parse_log(argv: list[str]) -> int:
         if key == "stats":
             print(f"stats: {len(value)} periodic line(s)")
         else:
-            print(f"{key}: {value}")
+            print(_one_line(f"{key}: {value}"))  # a log's text: never a terminal escape
     return EXIT_OK
 
 
 def _one_line(text: str) -> str:
-    """A message as one line: a key or value it quotes may hold a newline or a terminal escape."""
+    """A message as one line: a key or value it quotes (or a log's line) may hold a newline or a
+    terminal escape, printed as its escape sequence (``\\x1b``), never sent to the terminal."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

@@ -299,3 +299,14 @@ def test_yaml_that_gives_no_data_is_named_at_its_line(write_campaign: Callable[[
     # Each was reported at line 1, most with PyYAML's multi-line text ("in "<unicode string>", line 6 ...").
     path = write_campaign(GOOD + block)
     assert error_of(path) == f"{path}:{line}: {message}"
+
+
+def test_show_launch_never_sends_a_values_terminal_escape_to_the_terminal(
+        write_campaign: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import main
+
+    path = write_campaign(GOOD.replace("kind: selftest\n    modes: [noop]", "kind: startup\n    modes: [first_start]")
+                          + 'engine: {model: m, env: {X: "\\e]0;pwn\\a"}}\n')
+    assert main([str(path), "--plan", "--show-launch", "--results", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "X='\\x1b]0;pwn\\x07'" in out
