@@ -54,7 +54,7 @@ def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Overr
     try:
         campaign = Campaign.model_validate(data)
     except ValidationError as exc:
-        raise fail(errors_of(exc, (), Campaign) + errors) from exc
+        raise fail(errors_of(exc, (), Campaign, data) + errors) from exc
 
     errors.extend(_experiment_problems(campaign, errors))
     given = [inventory] if isinstance(inventory, str | Path) else list(inventory or [])

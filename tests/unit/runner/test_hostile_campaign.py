@@ -310,3 +310,14 @@ def test_show_launch_never_sends_a_values_terminal_escape_to_the_terminal(
     assert main([str(path), "--plan", "--show-launch", "--results", str(tmp_path / "results")]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "X='\\x1b]0;pwn\\x07'" in out
+
+
+def test_a_key_holding_a_bracket_is_named_at_its_line(write_campaign: Callable[[str], Path]) -> None:
+    # pydantic's union members look like "dict[str,...]": a user's "foo[1]" was dropped as one,
+    # and the error said "(top)" at line 1.
+    path = write_campaign(GOOD.replace("modes: [noop]", 'modes: {sleep: {"sec[onds]": 1}}') + "foo[1]: 1\n")
+    with pytest.raises(SpecError) as info:
+        load_campaign(path)
+    assert info.value.lines == [
+        f"{path}:5: experiments[0].modes.sleep.sec[onds]: unknown key: did you mean 'seconds'?",
+        f"{path}:6: foo[1]: unknown key"]
