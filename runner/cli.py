@@ -151,6 +151,8 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from runner.plan import expand
     from runner.spec import load_campaign, select
 
+    if args.parallel < 1:  # before --plan too: the plan says what the same run would do
+        raise SpecError([f"--parallel: must be >= 1, got {args.parallel}"])
     if args.json and not args.plan:
         raise SpecError(["--json: only with --plan (the plan as JSON); a run's machine-readable results are "
                          "summary.json and trials/*/trial.json in its results folder"])
@@ -170,8 +172,6 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"error: the campaign's own settings refuse {len(plan.refused)} trial(s); nothing was started "
               "(fix the values, or leave those modes out with --only)", file=sys.stderr)
         return EXIT_REFUSED
-    if args.parallel < 1:
-        raise SpecError([f"--parallel: must be >= 1, got {args.parallel}"])
     engine = loaded.campaign.engine
     secrets = Secrets.from_environment(engine.env_from_controller if engine else [], str(loaded.path))
     _crash_site.scrub = secrets.scrub_text

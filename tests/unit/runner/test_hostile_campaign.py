@@ -321,3 +321,12 @@ def test_a_key_holding_a_bracket_is_named_at_its_line(write_campaign: Callable[[
     assert info.value.lines == [
         f"{path}:5: experiments[0].modes.sleep.sec[onds]: unknown key: did you mean 'seconds'?",
         f"{path}:6: foo[1]: unknown key"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_plan_refuses_a_parallel_the_run_refuses(write_campaign: Callable[[str], Path], value: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import main
+
+    assert main([str(write_campaign(GOOD)), "--plan", "--parallel", value]) == 2  # it planned, exit 0
+    assert capsys.readouterr().err.splitlines() == [f"--parallel: must be >= 1, got {value}"]
