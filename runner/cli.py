@@ -38,6 +38,7 @@ __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_RESULTS, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_CRASH = 5
+MAX_ERROR_LINES = 100  # bad input is shown this many lines at most
 SUBCOMMANDS = ("run", "report", "parse-log")
 
 logger = logging.getLogger("runner")
@@ -323,8 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         return _cmd_run(args, argv)
     except SpecError as exc:
-        for line in exc.lines:
+        for line in exc.lines[:MAX_ERROR_LINES]:
             print(_one_line(line), file=sys.stderr)
+        if len(exc.lines) > MAX_ERROR_LINES:  # 20,000 unknown modes printed 20,000 lines
+            print(f"... and {len(exc.lines) - MAX_ERROR_LINES} more problem(s) like these", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (ResultsLockedError, ResultsWriteError) as exc:
         print(_one_line(f"error: {exc}"), file=sys.stderr)

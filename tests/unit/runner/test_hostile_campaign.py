@@ -323,6 +323,16 @@ def test_a_key_holding_a_bracket_is_named_at_its_line(write_campaign: Callable[[
         f"{path}:6: foo[1]: unknown key"]
 
 
+def test_bad_input_prints_a_bounded_number_of_lines(write_campaign: Callable[[str], Path],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import MAX_ERROR_LINES, main
+
+    modes = ", ".join(f"m{i}" for i in range(5000))  # one line each: 5,000 lines on the terminal
+    assert main([str(write_campaign(GOOD.replace("modes: [noop]", f"modes: [{modes}]"))), "--plan"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == MAX_ERROR_LINES + 1 and err[-1] == f"... and {5000 - MAX_ERROR_LINES} more problem(s) like these"
+
+
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_plan_refuses_a_parallel_the_run_refuses(write_campaign: Callable[[str], Path], value: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
