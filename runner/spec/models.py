@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from runner.experiments import KINDS
 from runner.experiments.base import MAX_SECONDS, NumbersAreNotBooleans
+from runner.experiments.launch import flag_name
 from runner.inventory import InventorySources
 from runner.secrets import shown_name
 from runner.spec.messages import did_you_mean
@@ -31,14 +32,31 @@ MAX_TIMEOUT_S = MAX_SECONDS
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
+# Flags the runner gives the engine itself: the same flag in engine.args came after it on the command
+# line and won (`args: {port: 1}`: the engine listened on 1, the runner waited on engine.port).
+_RUNNER_FLAGS = {"port": "engine.port", "model": "engine.model"}
+
+
 def _flag_values(args: Any) -> Any:
     """Flags as the file's YAML would type them: ``-e engine.args.enforce-eager=true`` (text, as
     Ansible reads key=value) is the bare flag, ``=8192`` the number; text that would not read back
-    the same ("1.10", "0x10") stays text. The credential check comes first."""
+    the same ("1.10", "0x10") stays text. The credential check comes first; then each flag once
+    (``max_model_len`` and ``max-model-len`` are one flag), and none the runner sets itself. Each
+    key becomes the flag it names (``--max_model_len`` is ``max-model-len``): every reader of a flag
+    (the plan's checks, an experiment's ``engine_args`` over the engine's) finds it by one name."""
     args = refuse_secret_flags(args)
     if not isinstance(args, dict):
         return args
-    return {k: _scalar(v) if isinstance(v, str) else v for k, v in args.items()}
+    spelled: dict[str, object] = {}
+    for key in args:
+        flag = flag_name(key)
+        if flag in _RUNNER_FLAGS:
+            raise ValueError(f"--{flag} is given by the runner, from {_RUNNER_FLAGS[flag]}: set that instead")
+        if flag in spelled:
+            raise ValueError(f"--{flag} is given twice ({spelled[flag]!r} and {key!r}): vLLM would take the last")
+        spelled[flag] = key
+    # A key that is no text (`1: x`, `~: x`) stays as it is, for pydantic to refuse.
+    return {flag_name(k) if isinstance(k, str) else k: _scalar(v) if isinstance(v, str) else v for k, v in args.items()}
 
 
 def _scalar(text: str) -> Any:

@@ -340,3 +340,34 @@ def test_plan_refuses_a_parallel_the_run_refuses(write_campaign: Callable[[str],
 
     assert main([str(write_campaign(GOOD)), "--plan", "--parallel", value]) == 2  # it planned, exit 0
     assert capsys.readouterr().err.splitlines() == [f"--parallel: must be >= 1, got {value}"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ("{port: 1}", "engine.args: --port is given by the runner, from engine.port: set that instead"),
+    ("{--model: /other}", "engine.args: --model is given by the runner, from engine.model: set that instead"),
+    ("{max_model_len: 10, max-model-len: 20}",
+     "engine.args: --max-model-len is given twice ('max_model_len' and 'max-model-len'): vLLM would take the last"),
+])
+def test_flags_that_conflict_are_refused(write_campaign: Callable[[str], Path], args: str, message: str) -> None:
+    # The engine got both (--port 8000 ... --port 1) and took the last: it listened where the runner never looked.
+    path = write_campaign(GOOD + f"engine: {{model: m, args: {args}}}\n")
+    assert error_of(path) == f"{path}:6: {message}"
+
+
+@pytest.mark.parametrize("key", ["1", "~", "true"])
+def test_a_flag_name_that_is_no_text_is_still_refused(write_campaign: Callable[[str], Path], key: str) -> None:
+    path = write_campaign(GOOD + f"engine: {{model: m, args: {{{key}: 2}}}}\n")
+    assert "Input should be a valid string" in error_of(path)
+
+
+def test_a_flag_is_one_flag_however_it_is_spelled(write_campaign: Callable[[str], Path]) -> None:
+    # An experiment's max_model_len was merged beside the engine's max-model-len (vLLM got both), and
+    # "--load-format: dummy" slipped past the check that startup never runs on dummy weights.
+    start = GOOD.replace("kind: selftest\n    modes: [noop]", "kind: startup\n    modes: [first_start]")
+    path = write_campaign(start.replace("[first_start]", "[first_start]\n    engine_args: {max_model_len: 8192}")
+                          + "engine: {model: m, args: {--max-model-len: 4096}}\n")
+    (trial,) = expand(load_campaign(path)).trials
+    assert trial.as_dict()["launch"]["argv"].count("--max-model-len") == 1
+    assert trial.as_dict()["launch"]["argv"][-1] == "8192"
+    path = write_campaign(start + "engine: {model: m, args: {--load-format: dummy}}\n")
+    assert "kind startup cannot run with engine.args load-format dummy" in error_of(path)
