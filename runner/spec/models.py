@@ -120,6 +120,9 @@ class Engine(_Strict):
             raise ValueError("engine.rehearsal_model is for kind vllm (the stand-in makes its own model)")
         if self.venv and self.python:
             raise ValueError("engine.venv and engine.python both name vLLM's Python: keep one")
+        both = sorted(set(self.env) & set(self.env_from_controller))
+        if both:  # one value would silently win over the other on the node
+            raise ValueError(f"{both[0]} is in engine.env and in engine.env_from_controller: keep one")
         return self
 
     @field_validator("env_from_controller")

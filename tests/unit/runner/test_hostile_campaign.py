@@ -371,3 +371,9 @@ def test_a_flag_is_one_flag_however_it_is_spelled(write_campaign: Callable[[str]
     assert trial.as_dict()["launch"]["argv"][-1] == "8192"
     path = write_campaign(start + "engine: {model: m, args: {--load-format: dummy}}\n")
     assert "kind startup cannot run with engine.args load-format dummy" in error_of(path)
+
+
+def test_a_variable_from_the_file_and_the_controller_is_refused(write_campaign: Callable[[str], Path]) -> None:
+    # Both reached the node, and one of them won without a word.
+    path = write_campaign(GOOD + "engine: {model: m, env: {TOKENS: '1'}, env_from_controller: [TOKENS]}\n")
+    assert error_of(path) == f"{path}:6: engine: TOKENS is in engine.env and in engine.env_from_controller: keep one"
