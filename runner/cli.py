@@ -38,6 +38,7 @@ __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_RESULTS, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_CRASH = 5
+MAX_ERROR_LINES = 100  # bad input is shown this many lines at most
 SUBCOMMANDS = ("run", "report", "parse-log")
 
 logger = logging.getLogger("runner")
@@ -75,7 +76,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="with --plan only: the plan as JSON")
     p.add_argument("--show-launch", action="store_true",
                    help="with --plan: each trial's engine command line, as its node will exec it")
-    p.add_argument("--results", type=Path, help="results folder (default: results/<campaign name>/)")
+    p.add_argument("--results", type=_folder, help="results folder (default: results/<campaign name>/)")
     p.add_argument("--fresh", action="store_true", help="move earlier results aside and start over")
     p.add_argument("--retry-failed", action="store_true", help="run failed trials again on resume")
     p.add_argument("--parallel", type=int, default=8, metavar="N", help="hosts worked on at once (8)")
@@ -87,6 +88,14 @@ def _run_parser() -> argparse.ArgumentParser:
     out.add_argument("--plain", action="store_true", help="plain log lines instead of a live display")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
+
+
+def _folder(text: str) -> Path:
+    """A folder argument: an empty one is refused (``Path("")`` is the working folder, which a
+    ``--fresh`` would empty)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: name a folder ('.' for this one)")
+    return Path(text)
 
 
 def _version() -> str:
@@ -125,14 +134,14 @@ def _print_plan(plan_dict: dict[str, object], as_json: bool, show_launch: bool =
         res = f"gpus={r['gpus'] or '-'} exclusive={'yes' if r['exclusive'] else 'no'} ram={r['host_ram_gib']:g}GiB"
         print(f"{t['id']:<{width}}  {t['host']:<12} {t['experiment']:<12} {t['mode']:<18} {t['repeat']:>3}  {res}")
         for why in t.get("refusals") or []:
-            print(f"{'':<{width}}  refused: {why}")
+            print(_one_line(f"{'':<{width}}  refused: {why}"))
         if show_launch:
             node = t.get("node") or {}
             launches = node.get("copies") or ([t["launch"]] if t.get("launch") else [])
             for launch in launches:
-                print(f"  launch: {_launch_line(launch)}")
+                print(_one_line(f"  launch: {_launch_line(launch)}"))
             if node.get("skip"):
-                print(f"  skipped on the node: {node['skip']}")
+                print(_one_line(f"  skipped on the node: {node['skip']}"))
     refused = sum(1 for t in trials if t.get("refusals"))
     print(f"{len(trials)} trial(s) in campaign {plan_dict['campaign']}"
           + (f"; {refused} refused by the campaign's own settings" if refused else ""))
@@ -143,6 +152,8 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from runner.plan import expand
     from runner.spec import load_campaign, select
 
+    if args.parallel < 1:  # before --plan too: the plan says what the same run would do
+        raise SpecError([f"--parallel: must be >= 1, got {args.parallel}"])
     if args.json and not args.plan:
         raise SpecError(["--json: only with --plan (the plan as JSON); a run's machine-readable results are "
                          "summary.json and trials/*/trial.json in its results folder"])
@@ -150,18 +161,18 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
                                   inventory=args.inventory or None, limit=args.limit), args.only)
     root = args.results or Path("results") / loaded.campaign.name
     _crash_site.results = root
+    if not args.fresh:
+        _refuse_another_campaigns_folder(root, loaded.campaign.name)
     plan = expand(loaded, _cached_facts(root, loaded.hosts), results=root)
     if args.plan:
         _print_plan(plan.as_dict(), args.json, args.show_launch)
         return EXIT_REFUSED if plan.refused else EXIT_OK
     if plan.refused:
         for trial in plan.refused:
-            print(f"{trial.id}: refused: {'; '.join(trial.refusals)}", file=sys.stderr)
+            print(_one_line(f"{trial.id}: refused: {'; '.join(trial.refusals)}"), file=sys.stderr)
         print(f"error: the campaign's own settings refuse {len(plan.refused)} trial(s); nothing was started "
               "(fix the values, or leave those modes out with --only)", file=sys.stderr)
         return EXIT_REFUSED
-    if args.parallel < 1:
-        raise SpecError([f"--parallel: must be >= 1, got {args.parallel}"])
     engine = loaded.campaign.engine
     secrets = Secrets.from_environment(engine.env_from_controller if engine else [], str(loaded.path))
     _crash_site.scrub = secrets.scrub_text
@@ -204,7 +215,7 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
         written = f"(no report: {exc})"
     print(f"{loaded.campaign.name}: {counts}; results in {root} {written}")
     if outcome.stopped:
-        print(f"error: stopped early: {outcome.stopped}; every file already written is whole, and the same "
+        print(f"error: stopped early: {_one_line(outcome.stopped)}; every file already written is whole, and the same "
               "command resumes once there is room", file=sys.stderr)
         return EXIT_RESULTS
     if outcome.interrupted:
@@ -222,6 +233,21 @@ def _run_locked(args: argparse.Namespace, argv: list[str], loaded: LoadedCampaig
     return EXIT_OK
 
 
+def _refuse_another_campaigns_folder(root: Path, name: str) -> None:
+    """A run of campaign B into A's results folder replaced A's campaign.yaml and plan.json with B's and
+    mixed the two campaigns' trials in one report: refused unless ``--fresh`` moves A's results aside."""
+    from runner.store import ResultsStore
+
+    if not os.path.isdir(root):  # noqa: PTH112 -- never raises (Path.is_dir does on a name over NAME_MAX)
+        return
+    run = ResultsStore(root, quarantine=False).read_run()
+    other = run.get("campaign") if run else None
+    if isinstance(other, str) and other != name:
+        raise SpecError([f"--results {root}: holds the results of campaign {other!r}, not {name!r}: a run would "
+                         "mix the two and replace its campaign.yaml; give this run another --results, or add "
+                         "--fresh to move those results aside first"])
+
+
 def _cached_facts(root: Path, hosts: tuple[str, ...]) -> dict[str, dict[str, object]]:
     """Facts an earlier run gathered, for the plan checks that need a node's numbers (read only:
     ``--plan`` moves nothing; a run moves an unusable file aside when it gathers the facts again)."""
@@ -237,7 +263,7 @@ def _cmd_report(argv: list[str]) -> int:
     from runner.report import build_report
 
     p = argparse.ArgumentParser(prog="python -m runner report", description="Rebuild summary.csv and report.md.")
-    p.add_argument("results_dir", type=Path)
+    p.add_argument("results_dir", type=_folder)
     args = p.parse_args(argv)
     _crash_site.results = args.results_dir
     if not os.path.isdir(args.results_dir):  # noqa: PTH112 -- never raises (Path.is_dir does on a name over NAME_MAX)
@@ -269,12 +295,13 @@ def _cmd_parse_log(argv: list[str]) -> int:
         if key == "stats":
             print(f"stats: {len(value)} periodic line(s)")
         else:
-            print(f"{key}: {value}")
+            print(_one_line(f"{key}: {value}"))  # a log's text: never a terminal escape
     return EXIT_OK
 
 
 def _one_line(text: str) -> str:
-    """A message as one line: a key or value it quotes may hold a newline or a terminal escape."""
+    """A message as one line: a key or value it quotes (or a log's line) may hold a newline or a
+    terminal escape, printed as its escape sequence (``\\x1b``), never sent to the terminal."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
@@ -297,8 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         return _cmd_run(args, argv)
     except SpecError as exc:
-        for line in exc.lines:
+        for line in exc.lines[:MAX_ERROR_LINES]:
             print(_one_line(line), file=sys.stderr)
+        if len(exc.lines) > MAX_ERROR_LINES:  # 20,000 unknown modes printed 20,000 lines
+            print(f"... and {len(exc.lines) - MAX_ERROR_LINES} more problem(s) like these", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (ResultsLockedError, ResultsWriteError) as exc:
         print(_one_line(f"error: {exc}"), file=sys.stderr)

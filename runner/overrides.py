@@ -15,7 +15,7 @@ from typing import Any
 
 from runner.errors import SpecError
 from runner.secrets import is_secret_name, looks_like_credential
-from runner.yaml_input import LIMITS, InputError, load_yaml_text, read_yaml
+from runner.yaml_input import LIMITS, InputError, load_yaml_text, lone_surrogate, read_yaml
 
 __all__ = ["Override", "apply_overrides", "parse_overrides"]
 
@@ -30,7 +30,7 @@ def _split(dotted: str) -> tuple[str | int, ...]:
     for part in dotted.split("."):
         if not part:
             raise ValueError("a key path has an empty part ('a..b', '.a' or 'a.')")
-        parts.append(int(part) if part.isdigit() else part)
+        parts.append(int(part) if part.isascii() and part.isdigit() else part)  # '²' and '٣' are digits too
     if len(parts) > _MAX_KEY_PARTS:
         raise ValueError(f"a key path has more than {_MAX_KEY_PARTS} parts")
     return tuple(parts)
@@ -89,6 +89,8 @@ def _mapping(data: Any, what: str) -> dict[Any, Any]:
 
 
 def _parse_one(item: str) -> list[Override]:
+    if not item.startswith("@") and lone_surrogate(item):  # a file's name may hold any byte; its text is checked
+        raise ValueError("holds bytes that are not UTF-8 text (the locale could not decode them)")
     if item.startswith("@"):
         name = item[1:]
         try:

@@ -107,7 +107,12 @@ class PathCheck:
 
     def _check_root(self, root: Path) -> None:
         parts = root.parts[1:]
-        why = problem("/", parts, self.local)
+        why = problem("/", parts, self.local) if parts else "it is the file system's root"
+        if why is None and not str(root).isascii():
+            try:
+                str(root).encode()
+            except UnicodeEncodeError:  # bytes the locale could not decode: Ansible cannot carry them
+                why = "the path is not UTF-8 text (its trials would fail where Ansible reads it)"
         for name in ROOT_FILES if why is None else ():
             why = problem(str(root), (name,), self.local)
             if why is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -317,4 +318,28 @@ def _parse_json(raw: bytes) -> Any:
         raise Unreadable(f"is not valid JSON: {exc}") from exc
     if _too_deep(value, LIMITS["depth"]):
         raise Unreadable(f"nests deeper than {LIMITS['depth']} levels")
+    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
+        raise Unreadable("holds a \\ud800-\\udfff escape that is no pair: text no UTF-8 file can hold")
     return value
+
+
+# JSON may escape half a UTF-16 pair ("\ud800"): Python reads it as a lone surrogate, which every
+# UTF-8 write of it (summary.csv, report.md) then refused: a report ended in a traceback.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False

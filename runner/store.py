@@ -238,6 +238,7 @@ def _move_aside(root: Path) -> None:
         raise RunnerError(f"--fresh: {root} holds files but no plan.json, run.json or trials/: it is not a "
                           "results folder, and nothing of it was moved")
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    root = root.resolve()  # `--results .` or `a/..`: the sibling is named after the folder itself
     aside = root.with_name(f"{root.name[:200]}.before-{stamp}")  # [:200]: the name stays under NAME_MAX
     n = 1
     while os.path.lexists(aside):

@@ -8,18 +8,21 @@ problem must come back as one line naming the file and line, never as a tracebac
 from __future__ import annotations
 
 import math
-import stat
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["LIMITS", "InputError", "Loc", "format_loc", "line_for", "load_yaml_text", "read_yaml"]
+from runner.files import KERNEL_FILE, NotRegularFile, open_regular, read_at_most
+
+__all__ = ["LIMITS", "InputError", "Loc", "format_loc", "line_for", "load_yaml_text", "lone_surrogate", "read_yaml"]
 
 Loc = tuple[str | int, ...]
 
 # Generous for any real campaign (the largest shipped one is ~3 KiB, ~150 values, depth 6).
 LIMITS = {"bytes": 1024 * 1024, "values": 100_000, "depth": 32}
+_MAX_DIGITS = 100  # Python refuses to read an integer of over 4,300 digits: the error named no line
 
 
 class InputError(Exception):
@@ -33,20 +36,19 @@ class InputError(Exception):
 
 def _read_text(path: Path) -> str:
     try:
-        info = path.stat()
+        with open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > LIMITS["bytes"]:
+                raise InputError(1, f"is {size} bytes: larger than the {LIMITS['bytes']}-byte limit")
+            raw = read_at_most(fh, LIMITS["bytes"] + 1)
+    except NotRegularFile as exc:
+        if exc.kind == "a directory":
+            raise InputError(1, "is a folder, not a file") from exc
+        if exc.kind == KERNEL_FILE:
+            raise InputError(1, f"is {KERNEL_FILE}: kernel state, never read as input") from exc
+        raise InputError(1, "is not a regular file (a FIFO, socket or device is never read)") from exc
     except OSError as exc:
-        raise InputError(1, f"cannot read: {exc.strerror}") from exc
-    if stat.S_ISDIR(info.st_mode):
-        raise InputError(1, "is a folder, not a file")
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(1, "is not a regular file (a FIFO, socket or device is never read)")
-    if info.st_size > LIMITS["bytes"]:
-        raise InputError(1, f"is {info.st_size} bytes: larger than the {LIMITS['bytes']}-byte limit")
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(LIMITS["bytes"] + 1)
-    except OSError as exc:
-        raise InputError(1, f"cannot read: {exc.strerror}") from exc
+        raise InputError(1, f"cannot read: {exc.strerror or exc}") from exc
     if len(raw) > LIMITS["bytes"]:  # it grew between stat and read
         raise InputError(1, f"is larger than the {LIMITS['bytes']}-byte limit")
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -78,17 +80,22 @@ def _measure(root: yaml.Node) -> None:
     """Refuse documents that expand past the limits; aliases are counted as often as used, but each
     node is measured once, so a bomb is caught in time linear in the file."""
     sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values when expanded, depth)
+    open_: set[int] = set()  # the nodes whose children are being measured: the current node's ancestors
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
         if id(node) in sizes:
             continue
+        if not done and id(node) in open_:  # `&a [*a]`: PyYAML builds a list that holds itself
+            raise InputError(node.start_mark.line + 1, "an alias names the mapping or list it is inside "
+                             "(a cycle, which expands without end): refused")
         children: list[yaml.Node] = []
         if isinstance(node, yaml.MappingNode):
             children = [n for pair in node.value for n in pair]
         elif isinstance(node, yaml.SequenceNode):
             children = list(node.value)
         if not done:
+            open_.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in children if id(c) not in sizes)
             continue
@@ -100,6 +107,7 @@ def _measure(root: yaml.Node) -> None:
         if depth > LIMITS["depth"]:
             raise InputError(node.start_mark.line + 1, f"nests deeper than {LIMITS['depth']} levels: refused")
         sizes[id(node)] = (values, depth)
+        open_.discard(id(node))
 
 
 def _check_node(node: yaml.Node, seen: set[int]) -> None:
@@ -121,10 +129,28 @@ def _check_node(node: yaml.Node, seen: set[int]) -> None:
                 stack.extend((key_node, value_node))
         elif isinstance(n, yaml.SequenceNode):
             stack.extend(n.value)
-        elif isinstance(n, yaml.ScalarNode) and n.tag == "tag:yaml.org,2002:float":
-            value = yaml.safe_load(n.value) if n.style is None else None
-            if isinstance(value, float) and not math.isfinite(value):
-                raise InputError(n.start_mark.line + 1, f"{n.value!r} is not a finite number")
+        elif isinstance(n, yaml.ScalarNode):
+            if not n.value.isascii() and lone_surrogate(n.value):
+                raise InputError(n.start_mark.line + 1, "holds a \\ud800-\\udfff escape: half a UTF-16 pair, "
+                                 "which YAML never joins and no UTF-8 file or Ansible variable can carry (write the "
+                                 "character itself)")
+            if n.tag == "tag:yaml.org,2002:int" and len(n.value) > _MAX_DIGITS:
+                raise InputError(n.start_mark.line + 1, f"an integer of {len(n.value)} characters: no value a "
+                                 "campaign holds is that long")
+            if n.tag == "tag:yaml.org,2002:float":
+                value = yaml.safe_load(n.value) if n.style is None else None
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise InputError(n.start_mark.line + 1, f"{n.value!r} is not a finite number")
+
+
+def lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: a YAML ``"\\ud800"`` escape, or a command-line byte
+    the locale could not decode. Every trial of a campaign holding one failed where Ansible read it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def line_map(root: yaml.Node) -> dict[Loc, int]:
@@ -187,6 +213,10 @@ def _load(text: str) -> tuple[Any, dict[Loc, int]]:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError as exc:
         raise InputError(1, f"nests deeper than {LIMITS['depth']} levels: refused") from exc
+    except yaml.reader.ReaderError as exc:  # a control character: where it is, not a multi-line dump
+        raise InputError(text[: exc.position].count("\n") + 1,
+                         f"holds the character U+{exc.character:04X}, which YAML does not allow (a control "
+                         "character)") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputError(mark.line + 1 if mark is not None else 1,
@@ -197,8 +227,12 @@ def _load(text: str) -> tuple[Any, dict[Loc, int]]:
     _check_node(node, set())
     try:
         data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError, ValueError) as exc:  # composed fine, so rare: a bad tag value
-        raise InputError(1, f"not valid YAML: {exc}") from exc
+    except yaml.MarkedYAMLError as exc:  # composed fine, but no data: a tag such as !!python/object, a bad merge
+        mark = exc.problem_mark
+        raise InputError(mark.line + 1 if mark is not None else 1,
+                         f"not valid YAML: {' '.join(str(exc.problem or exc).split())}") from exc
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        raise InputError(1, f"not valid YAML: {' '.join(str(exc).split())}") from exc
     return _unshared(data), line_map(node)
 
 

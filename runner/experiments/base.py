@@ -8,20 +8,56 @@ validates mode parameters against ``modes``; the plan asks ``resources``; the ex
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from runner.experiments.node_plan import NodePaths, NodePlan
 from runner.records import TrialRecord
 
-__all__ = ["ExperimentKind", "KindReport", "ModeParams", "Phase", "Resources", "TrialContext"]
+__all__ = ["MAX_SECONDS", "ExperimentKind", "KindReport", "ModeParams", "NumbersAreNotBooleans", "Phase", "Resources",
+           "TrialContext"]
 
 
-class ModeParams(BaseModel):
+# The longest any one thing a campaign names may take (a phase's timeout_s, a mode's seconds): a week.
+MAX_SECONDS = 7 * 24 * 3600
+
+
+def _leaf_types(annotation: Any) -> set[Any]:
+    """The types a field's annotation admits, through Optional, unions, Annotated and list."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _leaf_types(get_args(annotation)[0])
+    if origin in (Union, types.UnionType, list):
+        return set().union(*(_leaf_types(a) for a in get_args(annotation)))
+    return {annotation}
+
+
+def _is_number(annotation: Any) -> bool:
+    leaves = _leaf_types(annotation)
+    return bool(leaves & {int, float}) and leaves <= {int, float, type(None)}
+
+
+class NumbersAreNotBooleans(BaseModel):
+    """A field of numbers refuses true/false: pydantic reads ``true`` as 1, so ``repeats: yes`` or
+    ``seconds: on`` (YAML 1.1 booleans) planned one repeat, one second, and said nothing."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(v, bool) for v in items) and info.field_name is not None:
+            field_info = cls.model_fields.get(info.field_name)
+            if field_info is not None and _is_number(field_info.annotation):
+                raise ValueError("must be a number, not true or false")
+        return value
+
+
+class ModeParams(NumbersAreNotBooleans):
     """Base of every mode's parameter model: unknown keys are errors, values are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["VLLM_DEFAULTS", "engine_arg", "engine_argv", "engine_launch", "mode_cache_root", "vllm_arg"]
+__all__ = ["VLLM_DEFAULTS", "engine_arg", "engine_argv", "engine_launch", "flag_name", "mode_cache_root", "vllm_arg"]
 
 # vLLM's own defaults for the flags the plan reads when a campaign leaves them out.
 VLLM_DEFAULTS: dict[str, Any] = {"tensor-parallel-size": 1, "gpu-memory-utilization": 0.9}
@@ -46,7 +46,7 @@ def engine_argv(args: Any) -> list[str]:
         raise ValueError(f"engine_argv: expected a mapping of flags, got {type(args).__name__}: {args!r}")
     out: list[str] = []
     for key, value in args.items():
-        flag = "--" + str(key).lstrip("-").replace("_", "-")
+        flag = "--" + flag_name(key)
         if value is None or value is False:
             continue
         if value is True:
@@ -58,6 +58,12 @@ def engine_argv(args: Any) -> list[str]:
         else:
             out.extend([flag, str(value)])
     return out
+
+
+def flag_name(key: object) -> str:
+    """The flag a key of engine.args names: ``max_model_len``, ``--max-model-len`` and
+    ``max-model-len`` are all ``max-model-len``."""
+    return str(key).lstrip("-").replace("_", "-")
 
 
 def engine_arg(args: Mapping[str, Any], flag: str) -> Any:

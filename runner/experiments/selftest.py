@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from runner.experiments.base import ExperimentKind, ModeParams, Phase
+from runner.experiments.base import MAX_SECONDS, ExperimentKind, ModeParams, Phase
 
 __all__ = ["KIND"]
 
@@ -19,8 +19,8 @@ class NoopParams(ModeParams):
 
 
 class SleepParams(ModeParams):
-    seconds: float = Field(default=2.0, gt=0, description="How long the node-side task runs.")
-    interval_s: float = Field(default=0.5, gt=0, description="Seconds between log lines.")
+    seconds: float = Field(default=2.0, gt=0, le=MAX_SECONDS, description="How long the node-side task runs.")
+    interval_s: float = Field(default=0.5, gt=0, le=MAX_SECONDS, description="Seconds between log lines.")
 
 
 class FailParams(ModeParams):

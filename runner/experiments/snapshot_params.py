@@ -9,6 +9,8 @@ from pydantic import Field, field_validator, model_validator
 from nodetools.snapshot.criu_node import DEFAULT_FLAGS, RESERVED_FLAGS
 from runner.experiments.base import ModeParams
 
+MAX_GB_S = 10_000.0  # a rate a campaign may give: past any disk, RAM or PCIe link
+
 __all__ = ["QUIESCE_LEVELS", "CriuParams", "CudaCheckpointParams", "VllmSnapshotParams"]
 
 QUIESCE_LEVELS = ("none", "sleep", "sleep2")
@@ -70,13 +72,15 @@ class CriuParams(_CriuParams, _Quiesce):
     answers: int = Field(default=3, ge=0, le=20, description="timed answers before the dump and after each restore")
     keep_images: bool = Field(default=False, description="leave the images on the node (removed by default: tens "
                                                          "of GB a trial)")
-    disk_read_gb_s: float | None = Field(default=None, gt=0, description="the disk's read rate (GB/s) for the "
-                                                                         "restore's limit; else storage.csv")
-    tmpfs_read_gb_s: float | None = Field(default=None, gt=0,
+    disk_read_gb_s: float | None = Field(default=None, gt=0, le=MAX_GB_S,
+                                         description="the disk's read rate (GB/s) for the restore's limit; else "
+                                                     "storage.csv")
+    tmpfs_read_gb_s: float | None = Field(default=None, gt=0, le=MAX_GB_S,
                                           description="the read rate of RAM (tmpfs, page cache; GB/s) for the limit "
                                                       "of a restore from there; else a storage read on tmpfs")
-    h2d_gb_s: float | None = Field(default=None, gt=0, description="pinned host-to-GPU rate (GB/s) for the restore's "
-                                                                   "limit; else storage.csv's h2d_copy")
+    h2d_gb_s: float | None = Field(default=None, gt=0, le=MAX_GB_S,
+                                   description="pinned host-to-GPU rate (GB/s) for the restore's limit; else "
+                                               "storage.csv's h2d_copy")
 
     @field_validator("criu_flags")
     @classmethod

@@ -11,12 +11,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runner.inventory.connection import Connection
-from runner.inventory.sources import DATA_ONLY_PLUGINS, InventoryError, InventorySources, is_host_list
+from runner.inventory.sources import (
+    DATA_ONLY_PLUGINS,
+    InventoryError,
+    InventorySources,
+    is_host_list,
+    path_exists,
+)
 
 if TYPE_CHECKING:
     from runner.inventory.reader import Inventory
 
-__all__ = ["DATA_ONLY_PLUGINS", "Connection", "Inventory", "InventoryError", "InventorySources", "is_host_list"]
+__all__ = ["DATA_ONLY_PLUGINS", "Connection", "Inventory", "InventoryError", "InventorySources", "is_host_list",
+           "path_exists"]
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from runner.files import NotRegularFile, open_regular, read_at_most
 from runner.inventory.sources import InventoryError
 
 __all__ = ["MATCH_TIME_LIMIT_S", "has_regex", "limit_patterns", "match_bounded", "pattern_problem"]
@@ -72,15 +73,14 @@ def limit_patterns(limit: str) -> list[str]:
 
 def _read_limit_file(path: Path) -> str:
     try:
-        info = path.stat()
-        if not path.is_file():
-            raise InventoryError(f"limit file {path} is not a regular file")
-        if info.st_size > _MAX_LIMIT_FILE:
-            raise InventoryError(f"limit file {path} is larger than {_MAX_LIMIT_FILE // 1024} KiB")
-        with path.open("rb") as fh:
-            return fh.read(_MAX_LIMIT_FILE).decode()
+        with open_regular(path) as fh:
+            if os.fstat(fh.fileno()).st_size > _MAX_LIMIT_FILE:
+                raise InventoryError(f"limit file {path} is larger than {_MAX_LIMIT_FILE // 1024} KiB")
+            return read_at_most(fh, _MAX_LIMIT_FILE).decode()
+    except NotRegularFile as exc:
+        raise InventoryError(f"limit file {path} is {exc.kind}, not a regular file") from exc
     except OSError as exc:
-        raise InventoryError(f"cannot read limit file {path}: {exc.strerror}") from exc
+        raise InventoryError(f"cannot read limit file {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise InventoryError(f"limit file {path} is not UTF-8 text") from exc
 

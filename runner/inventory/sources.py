@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DATA_ONLY_PLUGINS", "LIMITS", "InventoryError", "InventorySources", "is_host_list", "source_problem"]
+__all__ = ["DATA_ONLY_PLUGINS", "LIMITS", "InventoryError", "InventorySources", "is_host_list", "path_exists",
+           "source_problem"]
 
 DATA_ONLY_PLUGINS = ("host_list", "yaml", "ini", "toml")
 LIMITS = {"entries": 5000, "depth": 12, "bytes": 4 * 1024 * 1024}
@@ -31,7 +32,13 @@ class InventoryError(Exception):
 
 def is_host_list(source: str) -> bool:
     """``-i 'h1,h2,'``: Ansible's host_list form (a comma, and no such path)."""
-    return "," in source and not Path(source).exists()
+    return "," in source and not path_exists(source)
+
+
+def path_exists(path: str | Path) -> bool:
+    """``Path.exists`` that never raises: a host list of more than 255 bytes is no file name, and
+    ``Path.exists`` raised ENAMETOOLONG for it (a traceback)."""
+    return os.path.exists(path)  # noqa: PTH110 -- never raises
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,7 @@ class InventorySources:
         for item in given:
             text = str(item)
             path = base / text if base is not None else Path(text)  # base / an absolute path is that path
-            out.append(text if "," in text and not path.exists() else str(path.resolve()))
+            out.append(text if "," in text and not path_exists(path) else str(path.resolve()))
         return cls(tuple(out), from_command_line)
 
     @property

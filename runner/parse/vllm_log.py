@@ -128,7 +128,6 @@ import io
 import logging
 import os
 import re
-import stat
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -136,6 +135,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner.errors import LogInputError, ParseError
+from runner.files import NotRegularFile, open_regular
 from runner.parse.log_wrappers import NONE, Wrapper, detect, rejoin_cri, vllm_line_start
 
 __all__ = [
@@ -1335,33 +1335,15 @@ def _env_limit(name: str, default: int) -> int:
         return default
 
 
-_FILE_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a named pipe (FIFO)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def _open_regular(path: Path) -> IO[bytes]:
-    """Open ``path`` for reading if it is a regular file (never blocks on a FIFO or device)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    """Open ``path`` for reading if it is a regular file (never waits on a FIFO, a device or a
+    kernel file such as /proc/kmsg)."""
     try:
-        fd = os.open(path, flags)
+        return open_regular(path)
+    except NotRegularFile as exc:
+        raise LogInputError(str(path), f"cannot read file: {exc.kind}, not a regular file") from exc
     except OSError as exc:
         raise LogInputError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
-            raise LogInputError(str(path), f"cannot read file: {what}, not a regular file")
-        if flags & getattr(os, "O_NONBLOCK", 0):
-            os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb", buffering=0)
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def parse_log_file(path: Path) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from runner.errors import SpecError
 from runner.experiments import KINDS
-from runner.inventory import InventorySources, is_host_list
+from runner.inventory import InventorySources, is_host_list, path_exists
 from runner.overrides import Override, apply_overrides
 from runner.secrets import looks_like_credential
 from runner.spec.hosts import resolve_hosts
@@ -54,7 +54,7 @@ def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Overr
     try:
         campaign = Campaign.model_validate(data)
     except ValidationError as exc:
-        raise fail(errors_of(exc, (), Campaign) + errors) from exc
+        raise fail(errors_of(exc, (), Campaign, data) + errors) from exc
 
     errors.extend(_experiment_problems(campaign, errors))
     given = [inventory] if isinstance(inventory, str | Path) else list(inventory or [])
@@ -66,7 +66,7 @@ def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Overr
         hosts, problems = resolve_hosts(sources, campaign.hosts, limit, option)
     else:  # still: an inventory that is not there is a typo the user wants to hear about
         hosts, problems = [], [(option or "inventory", f"inventory {s} does not exist") for s in sources.sources
-                               if not is_host_list(s) and not Path(s).exists()][:1]
+                               if not is_host_list(s) and not path_exists(s)][:1]
     for where_, message in problems:
         if where_ in ("hosts", "inventory"):
             errors.append(((where_,), message))

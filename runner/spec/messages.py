@@ -14,6 +14,8 @@ __all__ = ["did_you_mean", "errors_of"]
 
 
 def _num(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))  # 1048576, not 1.04858e+06
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -37,9 +39,26 @@ def _message(err: Any) -> str:
     return msg.removeprefix("Value error, ")
 
 
-def _clean_loc(loc: Loc) -> Loc:
-    # pydantic adds the union member it tried (e.g. "dict[str,...]", "function-after[...]"): drop it.
-    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+_ABSENT = object()
+
+
+def _clean_loc(loc: Loc, data: Any = _ABSENT) -> Loc:
+    """``loc`` without the union member pydantic adds where it tried one ("dict[str,...]",
+    "function-after[...]"). Where the input ``data`` is given, a part that is a key of it stays:
+    a user's key may hold a bracket too (``foo[1]: 1`` was reported as "(top)" at line 1)."""
+    out: list[Any] = []
+    node = data
+    for part in loc:
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if in_list or (isinstance(node, dict) and part in node):
+            out.append(part)
+            node = node[part]
+        elif isinstance(part, str) and ("[" in part or part.startswith("function-")):
+            continue  # a union member: the data below it is the same node
+        else:
+            out.append(part)
+            node = _ABSENT
+    return tuple(out)
 
 
 def did_you_mean(word: object, known: Iterable[str]) -> str:
@@ -78,13 +97,14 @@ def _one_level_down(model: type[BaseModel], loc: Loc) -> str:
     return ""
 
 
-def errors_of(exc: ValidationError, prefix: Loc = (), model: type[BaseModel] | None = None
+def errors_of(exc: ValidationError, prefix: Loc = (), model: type[BaseModel] | None = None, data: Any = _ABSENT
               ) -> list[tuple[Loc, str]]:
-    """Each distinct error of ``exc`` as (location below ``prefix``, message)."""
+    """Each distinct error of ``exc`` as (location below ``prefix``, message); ``data``: the input
+    that was validated, so that its keys are told from pydantic's own location parts."""
     seen: set[tuple[Loc, str]] = set()
     out = []
     for err in exc.errors():
-        loc = _clean_loc(tuple(err["loc"]))
+        loc = _clean_loc(tuple(err["loc"]), data)
         message = _message(err)
         if err["type"] == "extra_forbidden" and model is not None and loc:
             message += did_you_mean(loc[-1], _known_keys(model, loc)) or _one_level_down(model, loc)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from runner.experiments import KINDS
+from runner.experiments.base import MAX_SECONDS, NumbersAreNotBooleans
+from runner.experiments.launch import flag_name
 from runner.inventory import InventorySources
 from runner.secrets import shown_name
 from runner.spec.messages import did_you_mean
@@ -25,18 +27,36 @@ __all__ = ["MAX_REPEATS", "MAX_TIMEOUT_S", "MAX_TRIALS", "Campaign", "Defaults",
 # Bounds on what one campaign may ask for: a typo must not plan a billion trials.
 MAX_REPEATS = 1000
 MAX_TRIALS = 10_000
-MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_GPU_INDEX = 1023  # CUDA_VISIBLE_DEVICES of a node: more than any node holds
+MAX_TIMEOUT_S = MAX_SECONDS
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+# Flags the runner gives the engine itself: the same flag in engine.args came after it on the command
+# line and won (`args: {port: 1}`: the engine listened on 1, the runner waited on engine.port).
+_RUNNER_FLAGS = {"port": "engine.port", "model": "engine.model"}
 
 
 def _flag_values(args: Any) -> Any:
     """Flags as the file's YAML would type them: ``-e engine.args.enforce-eager=true`` (text, as
     Ansible reads key=value) is the bare flag, ``=8192`` the number; text that would not read back
-    the same ("1.10", "0x10") stays text. The credential check comes first."""
+    the same ("1.10", "0x10") stays text. The credential check comes first; then each flag once
+    (``max_model_len`` and ``max-model-len`` are one flag), and none the runner sets itself. Each
+    key becomes the flag it names (``--max_model_len`` is ``max-model-len``): every reader of a flag
+    (the plan's checks, an experiment's ``engine_args`` over the engine's) finds it by one name."""
     args = refuse_secret_flags(args)
     if not isinstance(args, dict):
         return args
-    return {k: _scalar(v) if isinstance(v, str) else v for k, v in args.items()}
+    spelled: dict[str, object] = {}
+    for key in args:
+        flag = flag_name(key)
+        if flag in _RUNNER_FLAGS:
+            raise ValueError(f"--{flag} is given by the runner, from {_RUNNER_FLAGS[flag]}: set that instead")
+        if flag in spelled:
+            raise ValueError(f"--{flag} is given twice ({spelled[flag]!r} and {key!r}): vLLM would take the last")
+        spelled[flag] = key
+    # A key that is no text (`1: x`, `~: x`) stays as it is, for pydantic to refuse.
+    return {flag_name(k) if isinstance(k, str) else k: _scalar(v) if isinstance(v, str) else v for k, v in args.items()}
 
 
 def _scalar(text: str) -> Any:
@@ -49,7 +69,7 @@ def _scalar(text: str) -> Any:
     return text
 
 
-class _Strict(BaseModel):
+class _Strict(NumbersAreNotBooleans):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -71,7 +91,8 @@ class Engine(_Strict):
     model: str = Field(min_length=1, description="model path on the node, or a model id")
     served_model_name: str | None = None
     port: int = Field(default=8000, ge=1, le=65535)
-    gpus: list[int] = Field(default_factory=list, description="GPU indices the engine may use")
+    gpus: list[Annotated[int, Field(le=MAX_GPU_INDEX)]] = Field(default_factory=list, max_length=MAX_GPU_INDEX + 1,
+                                                                description="GPU indices the engine may use")
     args: dict[str, EngineArg] = Field(default_factory=dict, description="vllm serve flags as data")
     env: dict[str, str] = Field(default_factory=dict, description="environment of the engine (no secrets: "
                                 "see env_from_controller)")
@@ -99,6 +120,9 @@ class Engine(_Strict):
             raise ValueError("engine.rehearsal_model is for kind vllm (the stand-in makes its own model)")
         if self.venv and self.python:
             raise ValueError("engine.venv and engine.python both name vLLM's Python: keep one")
+        both = sorted(set(self.env) & set(self.env_from_controller))
+        if both:  # one value would silently win over the other on the node
+            raise ValueError(f"{both[0]} is in engine.env and in engine.env_from_controller: keep one")
         return self
 
     @field_validator("env_from_controller")

@@ -50,7 +50,7 @@ def validate_modes(kind_name: str, raw_modes: Any, index: int
         try:
             validated[mode] = model.model_validate(params or {}).model_dump(mode="json")
         except ValidationError as exc:
-            errors.extend(errors_of(exc, loc, model))
+            errors.extend(errors_of(exc, loc, model, params or {}))
     return validated, errors
 
 

@@ -20,7 +20,10 @@ def select(loaded: LoadedCampaign, only: list[str]) -> LoadedCampaign:
     wanted: dict[str, set[str] | None] = {}
     errors = []
     for item in only:
-        label, _, mode = item.partition(".")
+        # An experiment's name may hold dots (`name: gmu0.9`): a whole name first, else the mode after the last dot.
+        label, dot, mode = item.rpartition(".")
+        if item in labels or not dot:
+            label, mode = item, ""
         if label not in labels:
             errors.append(f"--only {item}: no experiment {label!r} (known: {', '.join(labels)})"
                           f"{did_you_mean(label, labels)}")

@@ -26,5 +26,12 @@ def plan_checks(ctx: TrialContext) -> list[str]:
         return [f"engine.args.max-model-len: {setup['need']['max_model_len']!r} is no length vLLM reads "
                 "(an integer, or 32k / 32K)"]
     reasons = capacity_reasons(dict(ctx.facts) if ctx.facts else None, need)
+    last_port = max(need.ports, default=0)
+    if last_port > _MAX_PORT:  # each copy listens on engine.port + its index
+        reasons.append(f"engine_copies: {len(need.ports)} copies listen on ports {need.ports[0]}-{last_port}, past "
+                       f"{_MAX_PORT}: lower engine.port")
     tier = unreached_tier(setup["sizing"], bool((ctx.params.get("recipe") or {}).get("fs")))
     return [*reasons, tier] if tier else reasons
+
+
+_MAX_PORT = 65535

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import ConfigDict, Field, computed_field
 
 from nodetools.loadgen.workload import MAX_FAILED_REQUESTS, QualitySpec, Workload
-from runner.experiments.base import ModeParams
+from runner.experiments.base import MAX_SECONDS, ModeParams, NumbersAreNotBooleans
 
 __all__ = ["MODES", "RECIPES", "TRIAL_FS_DIR", "OffloadParams", "QualityParams", "WorkloadParams"]
 
@@ -40,28 +40,38 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 _COMMON_ARGS = {"enable-prompt-tokens-details": True}  # usage.prompt_tokens_details.cached_tokens, per request
 _W, _Q = Workload(), QualitySpec()
+# Upper bounds, far past any node's (a typo must not plan 10**18 engine copies or sessions).
+_MAX_COUNT = 100_000  # sessions, conversations
+_MAX_TURNS = 10_000
+_MAX_IN_FLIGHT = 10_000
+_MAX_TOKENS = 10_000_000  # a history, a turn, a document: 10M tokens is past every model's context
+_MAX_GIB = 2**30  # a tier of 1 EiB: past any node, and finite (1e300 GiB overflowed the sizing)
+_MAX_COPIES = 64  # engine copies on one node: each needs a port and its share of the GPUs
+_SEED = {"ge": -(2**63), "le": 2**63 - 1}
 
 
-class _Strict(BaseModel):
+class _Strict(NumbersAreNotBooleans):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class WorkloadParams(_Strict):
     """The load (defaults: the reference campaign's 32 sessions x ~100K tokens, 8 in flight, 6 turns)."""
 
-    sessions: int = Field(default=_W.sessions, ge=1)
-    history_tokens: int = Field(default=_W.history_tokens, ge=0, description="each session's history before turn 0")
-    concurrency: int = Field(default=_W.concurrency, ge=1, description="requests in flight")
-    turns: int = Field(default=_W.turns, ge=1)
-    turn_tokens: int = Field(default=_W.turn_tokens, ge=0, description="new user tokens per turn")
-    output_tokens: int = Field(default=_W.output_tokens, ge=1, description="forced with min_tokens + ignore_eos")
-    seed: int = _W.seed
-    request_timeout_s: float = Field(default=_W.request_timeout_s, gt=0)
-    max_wall_s: float = Field(default=_W.max_wall_s, gt=0,
+    sessions: int = Field(default=_W.sessions, ge=1, le=_MAX_COUNT)
+    history_tokens: int = Field(default=_W.history_tokens, ge=0, le=_MAX_TOKENS,
+                                description="each session's history before turn 0")
+    concurrency: int = Field(default=_W.concurrency, ge=1, le=_MAX_IN_FLIGHT, description="requests in flight")
+    turns: int = Field(default=_W.turns, ge=1, le=_MAX_TURNS)
+    turn_tokens: int = Field(default=_W.turn_tokens, ge=0, le=_MAX_TOKENS, description="new user tokens per turn")
+    output_tokens: int = Field(default=_W.output_tokens, ge=1, le=_MAX_TOKENS,
+                               description="forced with min_tokens + ignore_eos")
+    seed: int = Field(default=_W.seed, **_SEED)
+    request_timeout_s: float = Field(default=_W.request_timeout_s, gt=0, le=MAX_SECONDS)
+    max_wall_s: float = Field(default=_W.max_wall_s, gt=0, le=MAX_SECONDS,
                               description="cap on the whole load (the reference campaign's LMCache run: 40 min)")
-    retries: int = Field(default=_W.retries, ge=0,
+    retries: int = Field(default=_W.retries, ge=0, le=100,
                          description="off by default: a failed request is a recorded failure")
-    max_failed_requests: int = Field(default=MAX_FAILED_REQUESTS, ge=0,
+    max_failed_requests: int = Field(default=MAX_FAILED_REQUESTS, ge=0, le=_MAX_COUNT * _MAX_TURNS,
                                      description="more failed or unsent requests fail the trial")
 
     def workload(self) -> Workload:
@@ -73,13 +83,13 @@ class QualityParams(_Strict):
     """Multi-turn arithmetic over a shared document (the reference campaign: 24 questions), plus a loop check."""
 
     enabled: bool = True
-    conversations: int = Field(default=_Q.conversations, ge=1)
-    turns: int = Field(default=_Q.turns, ge=1)
-    doc_tokens: int = Field(default=_Q.doc_tokens, ge=100)
-    max_tokens: int = Field(default=_Q.max_tokens, ge=16)
-    seed: int = _Q.seed
-    request_timeout_s: float = Field(default=_Q.request_timeout_s, gt=0)
-    concurrency: int = Field(default=_Q.concurrency, ge=1, description="conversations in flight")
+    conversations: int = Field(default=_Q.conversations, ge=1, le=_MAX_COUNT)
+    turns: int = Field(default=_Q.turns, ge=1, le=_MAX_TURNS)
+    doc_tokens: int = Field(default=_Q.doc_tokens, ge=100, le=_MAX_TOKENS)
+    max_tokens: int = Field(default=_Q.max_tokens, ge=16, le=_MAX_TOKENS)
+    seed: int = Field(default=_Q.seed, **_SEED)
+    request_timeout_s: float = Field(default=_Q.request_timeout_s, gt=0, le=MAX_SECONDS)
+    concurrency: int = Field(default=_Q.concurrency, ge=1, le=_MAX_IN_FLIGHT, description="conversations in flight")
 
     def spec(self) -> QualitySpec | None:
         """The node's dataclass, or None when the check is off."""
@@ -89,11 +99,12 @@ class QualityParams(_Strict):
 class OffloadParams(ModeParams):
     workload: WorkloadParams = WorkloadParams()
     quality: QualityParams = QualityParams()
-    engine_copies: int = Field(default=1, ge=1, description="engines started side by side on the node, "
+    engine_copies: int = Field(default=1, ge=1, le=_MAX_COPIES, description="engines started side by side on the node, "
                                "each on an equal share of engine.gpus (the reference campaign's gpt-oss run: 4)")
     cleanup: bool = Field(default=False, description="remove stale /dev/shm/vllm_offload_* files and leftover "
                           "engine containers instead of refusing to run")
-    ready_timeout_s: float = Field(default=1800, gt=0, description="per engine copy, from start to first answer")
+    ready_timeout_s: float = Field(default=1800, gt=0, le=MAX_SECONDS,
+                                   description="per engine copy, from start to first answer")
     RECIPE: ClassVar[dict[str, Any]] = {}
     MODE: ClassVar[str] = ""
 
@@ -118,17 +129,17 @@ class HbmOnlyParams(OffloadParams):
 
 
 class _HostTier(OffloadParams):
-    offload_gib: float = Field(default=200, gt=0,
+    offload_gib: float = Field(default=200, gt=0, le=_MAX_GIB,
                                description="host RAM per engine copy (the reference campaign: 200 GiB)")
     ram_safety_factor: float = Field(
-        default=2.0, ge=1.0, description="host RAM the preflight reserves per requested GiB: vLLM issue 53042 "
+        default=2.0, ge=1.0, le=100, description="host RAM the preflight reserves per requested GiB: vLLM issue 53042 "
         "measured 1.92x the requested size as unreclaimable shared memory")
 
 
 class _FsTier(_HostTier):
     fs_dir: str = Field(default="", description="folder of the file-system tier on the node (the RAID); the "
                         "trial uses its own subfolder and removes it afterwards; empty: the trial's work folder")
-    fs_gib: float = Field(default=100, gt=0, description="free space the file-system tier must find there")
+    fs_gib: float = Field(default=100, gt=0, le=_MAX_GIB, description="free space the file-system tier must find there")
 
 
 class NativeCpuParams(_HostTier):
@@ -150,7 +161,8 @@ _LMCACHE_ARGS = {"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "k
 class _LmcacheImage(_Strict):
     image: str = Field(default="", description="docker image with LMCache inside (the reference campaign: "
                        "lmcache/vllm-openai:v0.5.6rc3); empty: the campaign's engine image")
-    chunk_size: int = Field(default=256, ge=16, description="LMCACHE_CHUNK_SIZE: a multiple of the model's block")
+    chunk_size: int = Field(default=256, ge=16, le=2**20,
+                            description="LMCACHE_CHUNK_SIZE: a multiple of the model's block")
     allow_torch_fallback: bool = Field(default=False, description="measure LMCache on its torch-ops fallback (its "
                                        "log's 'compiled extension not found') instead of refusing the run")
 

@@ -409,3 +409,20 @@ def test_dropping_shutdown_keywords_after_the_first_shutdown_changes_nothing(
     monkeypatch.setattr(vllm_log, "_KW_FIND_AFTER_SHUTDOWN", vllm_log._KW_FIND)
     assert parse_log_file(path) == fast
     assert fast["shutdown_seen"] is True
+
+
+def test_cli_refuses_a_kernel_file() -> None:
+    # /proc/kmsg waited for the kernel's next message: parse-log hung (and took messages from syslog).
+    _assert_one_line_error(_cli("/proc/self/status"), "/proc/self/status",
+                           "cannot read file: a kernel file (/proc, /sys), not a regular file")
+
+
+def test_cli_never_sends_a_logs_terminal_escape_to_the_terminal(tmp_path: Path) -> None:
+    # A version string holding "ESC ]0;...BEL" set the terminal's title: the text output printed it raw.
+    path = tmp_path / "server.log"
+    path.write_bytes(b"(APIServer pid=1) INFO 11-29 14:43:27 [api_server.py:1] vLLM API server version "
+                     b"\x1b]0;pwn\x07 0.24.0\n")
+    done = _cli(path)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "vllm_version: \\x1b]0;pwn\\x07" in done.stdout

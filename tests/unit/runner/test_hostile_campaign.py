@@ -161,3 +161,219 @@ def test_token_counts_are_not_credentials(write_campaign: Callable[[str], Path])
                           "  env_from_controller: [HF_TOKEN]\n")
     engine = load_campaign(path).campaign.engine
     assert engine is not None and engine.env_from_controller == ["HF_TOKEN"]
+
+
+@pytest.mark.parametrize("block", ["description: &a [*a]\n", "engine: &e {model: m, args: *e}\n",
+                                   "description: &a [[[x, *a]]]\n"])
+def test_an_alias_inside_what_it_names_is_refused_not_expanded_forever(write_campaign: Callable[[str], Path],
+                                                                       block: str) -> None:
+    # PyYAML builds a list that holds itself: the bounds walked it without end (a hang, memory growing).
+    path = write_campaign(GOOD + block)
+    started = time.monotonic()
+    assert error_of(path).startswith(f"{path}:6: an alias names the mapping or list it is inside (a cycle")
+    assert time.monotonic() - started < 2
+
+
+def test_an_alias_used_twice_is_no_cycle(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD.replace("modes: [noop]", "modes: {noop: &p {}, skip: {reason: x}}\n"
+                                       "    engine_args: {a: &l [1, 2], b: *l}"))
+    assert load_campaign(path).campaign.experiments[0].engine_args == {"a": [1, 2], "b": [1, 2]}
+
+
+@pytest.mark.parametrize("option", [[], ["-e"], ["-l"]])
+def test_a_kernel_file_is_never_read_as_input(write_campaign: Callable[[str], Path], option: list[str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # /proc/kmsg is a regular file whose read waits for the kernel's next message (the run hung),
+    # and hands each message to one reader only: nothing under /proc or /sys is read as input.
+    from runner.cli import main
+
+    kernel = "/proc/self/status"  # the same file system; harmless to name
+    argv = [kernel, "--plan"] if not option else [str(write_campaign(GOOD)), "--plan", *option, f"@{kernel}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "a kernel file (/proc, /sys)" in err[0], err
+    assert err[0].startswith({"-e": f"-e @{kernel}:1: ", "-l": f"-l @{kernel}: limit file "}.get(
+        option[0] if option else "", f"{kernel}:1: "))
+
+
+def test_a_read_that_would_wait_is_an_error_not_a_hang() -> None:
+    """What keeps a file that waits (a kernel file under another mount of /proc) from hanging a
+    reader: the file is opened without waiting, and a read that would wait raises."""
+    from runner.files import _NoWaitFile
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    with _NoWaitFile(read_end, "rb", closefd=True) as fh:
+        for read in (lambda: fh.read(10), fh.readall, lambda: fh.readinto(bytearray(10))):
+            with pytest.raises(BlockingIOError, match="would wait"):
+                read()
+    os.close(write_end)
+
+
+@pytest.mark.parametrize("block", ['  env: {X: "a\\ud800"}\n', '  args: {chat-template: "\\udcff"}\n',
+                                   '  env: {X: "\\ud83d\\ude00"}\n'])
+def test_half_a_utf16_pair_is_refused_at_its_line(write_campaign: Callable[[str], Path], block: str) -> None:
+    # --plan passed it; every trial then failed where Ansible read its variables (rc=4).
+    path = write_campaign(GOOD + "engine:\n  model: m\n" + block)
+    assert error_of(path).startswith(f"{path}:8: holds a \\ud800-\\udfff escape: half a UTF-16 pair")
+
+
+OFFLOAD = Path(__file__).resolve().parents[3] / "campaigns" / "offload-local.yaml"
+
+
+@pytest.mark.parametrize(("mode", "key", "value", "bound"), [
+    ("hbm_only", "engine_copies", "10" * 9, "must be <= 64"),  # planned a port and a GPU share per copy: a hang
+    ("native_cpu", "offload_gib", "1e300", "must be <= 1073741824"),  # int(inf) in the sizing: exit 5
+    ("tiered", "fs_gib", "1e300", "must be <= 1073741824"),
+    ("hbm_only", "workload.sessions", "10" * 9, "must be <= 100000"),  # passed the plan, for the node to build
+    ("hbm_only", "quality.doc_tokens", "10" * 9, "must be <= 10000000"),
+    ("hbm_only", "ready_timeout_s", "1e300", "must be <= 604800"),
+])
+def test_offload_parameters_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str, key: str,
+                                        value: str, bound: str) -> None:
+    from runner.cli import main
+
+    started = time.monotonic()
+    option = f"experiments.1.modes.{mode}.{key}={value}"
+    assert main([str(OFFLOAD), "--plan", "--only", f"offload.{mode}", "-e", option,
+                 "--results", str(tmp_path / "results")]) == 2
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err.splitlines() == [f"-e {option}: experiments[1].modes.{mode}.{key}: {bound}"]
+
+
+def test_offload_copies_past_the_last_port_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import main
+
+    assert main([str(OFFLOAD), "--plan", "--only", "offload.hbm_only", "-e", "engine.port=65535",
+                 "-e", "experiments.1.modes.hbm_only.engine_copies=2", "--results", str(tmp_path / "results")]) == 3
+    assert "refused: engine_copies: 2 copies listen on ports 65535-65536, past 65535: lower engine.port" in \
+        capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("block", "expected"), [
+    ("modes: {sleep: {seconds: 1e300}}", "experiments[0].modes.sleep.seconds: must be <= 604800"),
+    ("modes: [noop]\n    engine_args: {}\nengine: {model: m, gpus: [100000]}", "engine.gpus[0]: must be <= 1023"),
+])
+def test_selftest_seconds_and_gpu_indices_are_bounded(write_campaign: Callable[[str], Path], block: str,
+                                                      expected: str) -> None:
+    path = write_campaign(GOOD.replace("modes: [noop]", block))
+    assert error_of(path).split(": ", 1)[1] == expected
+
+
+@pytest.mark.parametrize(("block", "expected"), [
+    ("defaults: {repeats: yes}\n", "defaults.repeats"),  # planned one repeat, silently
+    ("defaults: {timeout_s: on}\n", "defaults.timeout_s"),
+    ("engine: {model: m, port: true}\n", "engine.port"),
+    ("engine: {model: m, gpus: [true]}\n", "engine.gpus"),
+])
+def test_true_or_false_is_no_number(write_campaign: Callable[[str], Path], block: str, expected: str) -> None:
+    path = write_campaign(GOOD + block)
+    assert error_of(path) == f"{path}:6: {expected}: must be a number, not true or false"
+
+
+def test_true_or_false_is_no_mode_parameter_number(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD.replace("modes: [noop]", "modes: {sleep: {seconds: true}}"))
+    assert error_of(path).endswith("experiments[0].modes.sleep.seconds: must be a number, not true or false")
+
+
+def test_flags_and_switches_still_take_true_and_false(write_campaign: Callable[[str], Path]) -> None:
+    path = write_campaign(GOOD.replace("modes: [noop]", "modes: [noop]\n    engine_args: {enforce-eager: true}")
+                          + "engine: {model: m, args: {enable-sleep-mode: false}}\n")
+    loaded = load_campaign(path)
+    assert loaded.campaign.experiments[0].engine_args == {"enforce-eager": True}
+    assert loaded.campaign.engine is not None and loaded.campaign.engine.args == {"enable-sleep-mode": False}
+
+
+@pytest.mark.parametrize(("block", "line", "message"), [
+    ("description: !!python/object/apply:os.system ['id']\n", 6,
+     "not valid YAML: could not determine a constructor for the tag "
+     "'tag:yaml.org,2002:python/object/apply:os.system'"),
+    ("engine:\n  model: m\n  <<: [1, 2]\n", 8, "not valid YAML: expected a mapping for merging, but found scalar"),
+    ("engine:\n  model: m\n  ? [a, b]\n  : 1\n", 8, "not valid YAML: found unhashable key"),
+    ("engine: {model: m, port: " + "9" * 5000 + "}\n", 6,
+     "an integer of 5000 characters: no value a campaign holds is that long"),
+    ("description: a\x07b\n", 6, "holds the character U+0007, which YAML does not allow (a control character)"),
+])
+def test_yaml_that_gives_no_data_is_named_at_its_line(write_campaign: Callable[[str], Path], block: str, line: int,
+                                                      message: str) -> None:
+    # Each was reported at line 1, most with PyYAML's multi-line text ("in "<unicode string>", line 6 ...").
+    path = write_campaign(GOOD + block)
+    assert error_of(path) == f"{path}:{line}: {message}"
+
+
+def test_show_launch_never_sends_a_values_terminal_escape_to_the_terminal(
+        write_campaign: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import main
+
+    path = write_campaign(GOOD.replace("kind: selftest\n    modes: [noop]", "kind: startup\n    modes: [first_start]")
+                          + 'engine: {model: m, env: {X: "\\e]0;pwn\\a"}}\n')
+    assert main([str(path), "--plan", "--show-launch", "--results", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "X='\\x1b]0;pwn\\x07'" in out
+
+
+def test_a_key_holding_a_bracket_is_named_at_its_line(write_campaign: Callable[[str], Path]) -> None:
+    # pydantic's union members look like "dict[str,...]": a user's "foo[1]" was dropped as one,
+    # and the error said "(top)" at line 1.
+    path = write_campaign(GOOD.replace("modes: [noop]", 'modes: {sleep: {"sec[onds]": 1}}') + "foo[1]: 1\n")
+    with pytest.raises(SpecError) as info:
+        load_campaign(path)
+    assert info.value.lines == [
+        f"{path}:5: experiments[0].modes.sleep.sec[onds]: unknown key: did you mean 'seconds'?",
+        f"{path}:6: foo[1]: unknown key"]
+
+
+def test_bad_input_prints_a_bounded_number_of_lines(write_campaign: Callable[[str], Path],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import MAX_ERROR_LINES, main
+
+    modes = ", ".join(f"m{i}" for i in range(5000))  # one line each: 5,000 lines on the terminal
+    assert main([str(write_campaign(GOOD.replace("modes: [noop]", f"modes: [{modes}]"))), "--plan"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == MAX_ERROR_LINES + 1 and err[-1] == f"... and {5000 - MAX_ERROR_LINES} more problem(s) like these"
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_plan_refuses_a_parallel_the_run_refuses(write_campaign: Callable[[str], Path], value: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli import main
+
+    assert main([str(write_campaign(GOOD)), "--plan", "--parallel", value]) == 2  # it planned, exit 0
+    assert capsys.readouterr().err.splitlines() == [f"--parallel: must be >= 1, got {value}"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ("{port: 1}", "engine.args: --port is given by the runner, from engine.port: set that instead"),
+    ("{--model: /other}", "engine.args: --model is given by the runner, from engine.model: set that instead"),
+    ("{max_model_len: 10, max-model-len: 20}",
+     "engine.args: --max-model-len is given twice ('max_model_len' and 'max-model-len'): vLLM would take the last"),
+])
+def test_flags_that_conflict_are_refused(write_campaign: Callable[[str], Path], args: str, message: str) -> None:
+    # The engine got both (--port 8000 ... --port 1) and took the last: it listened where the runner never looked.
+    path = write_campaign(GOOD + f"engine: {{model: m, args: {args}}}\n")
+    assert error_of(path) == f"{path}:6: {message}"
+
+
+@pytest.mark.parametrize("key", ["1", "~", "true"])
+def test_a_flag_name_that_is_no_text_is_still_refused(write_campaign: Callable[[str], Path], key: str) -> None:
+    path = write_campaign(GOOD + f"engine: {{model: m, args: {{{key}: 2}}}}\n")
+    assert "Input should be a valid string" in error_of(path)
+
+
+def test_a_flag_is_one_flag_however_it_is_spelled(write_campaign: Callable[[str], Path]) -> None:
+    # An experiment's max_model_len was merged beside the engine's max-model-len (vLLM got both), and
+    # "--load-format: dummy" slipped past the check that startup never runs on dummy weights.
+    start = GOOD.replace("kind: selftest\n    modes: [noop]", "kind: startup\n    modes: [first_start]")
+    path = write_campaign(start.replace("[first_start]", "[first_start]\n    engine_args: {max_model_len: 8192}")
+                          + "engine: {model: m, args: {--max-model-len: 4096}}\n")
+    (trial,) = expand(load_campaign(path)).trials
+    assert trial.as_dict()["launch"]["argv"].count("--max-model-len") == 1
+    assert trial.as_dict()["launch"]["argv"][-1] == "8192"
+    path = write_campaign(start + "engine: {model: m, args: {--load-format: dummy}}\n")
+    assert "kind startup cannot run with engine.args load-format dummy" in error_of(path)
+
+
+def test_a_variable_from_the_file_and_the_controller_is_refused(write_campaign: Callable[[str], Path]) -> None:
+    # Both reached the node, and one of them won without a word.
+    path = write_campaign(GOOD + "engine: {model: m, env: {TOKENS: '1'}, env_from_controller: [TOKENS]}\n")
+    assert error_of(path) == f"{path}:6: engine: TOKENS is in engine.env and in engine.env_from_controller: keep one"

@@ -130,3 +130,16 @@ def test_a_file_no_data_plugin_reads_is_named_not_quoted(tmp_path: Path) -> None
         Inventory(InventorySources((str(inv),)))
     assert str(info.value) == (f"inventory {inv / 'broken.yml'}: no inventory plugin (host_list, yaml, ini, toml) "
                                f"could read it (`ansible-inventory -i {inv / 'broken.yml'} --list` says why)")
+
+
+@pytest.mark.parametrize("where", ["file", "-i"])
+def test_a_host_list_longer_than_a_file_name_is_a_host_list(tmp_path: Path, where: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # Over 255 bytes, Path.exists() raised ENAMETOOLONG: a crash (exit 5) for a 60-host list.
+    hosts = [f"node-{i:03d}" for i in range(60)]
+    listed = ",".join(hosts) + ","
+    argv = ([str(_campaign(tmp_path, repr(listed)))] if where == "file"
+            else [str(_campaign(tmp_path, "nowhere")), "-i", listed])
+    assert main([*argv, "--plan", "--json", "--results", str(tmp_path / "results")]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert sorted({t["host"] for t in plan["trials"]}) == hosts

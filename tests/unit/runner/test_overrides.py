@@ -5,6 +5,7 @@ the option, and "did you mean" for near misses."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,6 +84,19 @@ def test_an_override_error_names_the_option_not_a_line(write_campaign: Callable[
 
 
 @pytest.mark.parametrize(("item", "message"), [
+    (os.fsdecode(b"engine.env.X=\xff"), "holds bytes that are not UTF-8 text"),
+    (os.fsdecode(b'{"description": "\xff"}'), "holds bytes that are not UTF-8 text"),
+    ('{"description": "\\ud800"}', "half a UTF-16 pair"),
+])
+def test_text_no_utf8_file_can_hold_is_refused(item: str, message: str) -> None:
+    # A byte the locale could not decode (argv holds it as a surrogate) or a JSON "\ud800" escape
+    # passed --plan; every trial then failed where Ansible read its variables.
+    with pytest.raises(SpecError) as info:
+        parse_overrides([item])
+    assert len(info.value.lines) == 1 and message in info.value.lines[0]
+
+
+@pytest.mark.parametrize(("item", "message"), [
     ("novalue", "a word without '='"),
     ("a..b=1", "a key path has an empty part"),
     ("[1, 2]", "could not be made into a mapping"),
@@ -94,6 +108,14 @@ def test_malformed_overrides_are_one_line(item: str, message: str) -> None:
     with pytest.raises(SpecError) as info:
         parse_overrides([item])
     assert len(info.value.lines) == 1 and message in info.value.lines[0]
+
+
+@pytest.mark.parametrize("index", ["\u00b2", "\u0663"])
+def test_a_list_index_is_ascii_digits(write_campaign: Callable[[str], Path], index: str) -> None:
+    # str.isdigit() holds for '²' (then int() raised: "invalid literal for int()") and for '٣' (taken as 3).
+    with pytest.raises(SpecError) as info:
+        load_campaign(write_campaign(CAMPAIGN), overrides=parse_overrides([f"experiments.{index}.repeats=2"]))
+    assert info.value.lines == [f"-e experiments.{index}.repeats=2: experiments.{index}: no such list item"]
 
 
 def test_extra_vars_are_read_as_ansible_playbook_reads_them(tmp_path: Path) -> None:
@@ -173,6 +195,16 @@ def test_only_keeps_experiments_and_modes_with_the_same_trial_ids(write_campaign
     assert info.value.lines == [
         "--only selftest.nop: experiment selftest has no mode 'nop' (known: sleep, noop): did you mean 'noop'?",
         "--only fact: no experiment 'fact' (known: selftest, facts): did you mean 'facts'?"]
+
+
+def test_only_selects_an_experiment_whose_name_holds_a_dot(write_campaign: Callable[[str], Path]) -> None:
+    # `name: gmu0.9` is a valid name, but --only split it at its first dot: "no experiment 'gmu0'".
+    loaded = load_campaign(write_campaign(CAMPAIGN.replace("  - kind: facts\n", "  - {kind: facts, name: gmu0.9}\n")))
+    assert [t.id for t in expand(select(loaded, ["gmu0.9"])).trials] == ["gmu0.9.default.r1@localhost"]
+    assert [t.id for t in expand(select(loaded, ["gmu0.9.default"])).trials] == ["gmu0.9.default.r1@localhost"]
+    with pytest.raises(SpecError) as info:
+        select(loaded, ["gmu0.9.nap"])
+    assert info.value.lines == ["--only gmu0.9.nap: experiment gmu0.9 has no mode 'nap' (known: default)"]
 
 
 def test_unknown_mode_and_kind_suggest_the_near_miss(write_campaign: Callable[[str], Path]) -> None:

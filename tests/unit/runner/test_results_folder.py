@@ -195,3 +195,54 @@ def test_a_lock_file_that_is_not_a_file_is_refused(campaign: Path, tmp_path: Pat
     assert main([str(campaign), "--quiet", "--results", str(results)]) == 2
     assert _one_error(capsys) == f"error: --results {results}: its lock file {results / '.lock'} is not a regular " \
                                  "file: remove it"
+
+
+def test_fresh_in_the_working_folder_moves_it_aside_beside_itself(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--results . --fresh` (or '') was a crash: Path('.') has no name to build the sibling's from.
+    from runner.store import ResultsStore
+
+    here = tmp_path / "results"
+    here.mkdir()
+    (here / "plan.json").write_text("{}")
+    monkeypatch.chdir(here)
+    ResultsStore.open(Path(), fresh=True)  # what --results . and an empty path were
+    (aside,) = tmp_path.glob("results.before-*")
+    assert (aside / "plan.json").is_file() and not (here / "plan.json").exists()
+
+
+@pytest.mark.parametrize(("results", "why"), [
+    ("/", "it is the file system's root"),
+    (os.fsdecode(b"/tmp/r\xff"), "the path is not UTF-8 text (its trials would fail where Ansible reads it)"),
+])
+def test_a_results_folder_no_run_can_use_is_bad_input(campaign: Path, results: str, why: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # Bytes the locale cannot decode reached the run as surrogates: exit 5 (and no crash log could be written).
+    assert main([str(campaign), "--plan", "--results", results]) == 2
+    assert _one_error(capsys) == f"--results {results}: cannot be a results folder: {why}".replace("\udcff", "\\udcff")
+
+
+@pytest.mark.parametrize("argv", [["--plan", "--results", ""], ["report", ""]])
+def test_an_empty_results_path_is_a_usage_error(campaign: Path, argv: list[str],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # Path('') is the working folder: a run wrote its results there, and --fresh moved the folder's files aside.
+    with pytest.raises(SystemExit) as info:
+        main(argv if argv[0] == "report" else [str(campaign), *argv])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("an empty path: name a folder ('.' for this one)")
+
+
+@pytest.mark.parametrize("args", [["--plan"], ["--quiet"]])
+def test_another_campaigns_results_folder_is_refused(campaign: Path, tmp_path: Path, args: list[str],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # It ran (exit 0), replaced the other campaign's campaign.yaml and plan.json, and mixed both in one report.
+    from tests.support.results_folder import make_results
+
+    results = tmp_path / "theirs"
+    make_results(tmp_path / "other", results)
+    before = {p: p.read_bytes() for p in results.rglob("*") if p.is_file()}
+    assert main([str(campaign), *args, "--results", str(results)]) == 2
+    assert _one_error(capsys) == (f"--results {results}: holds the results of campaign 'hostile', not 'demo': a run "
+                                  "would mix the two and replace its campaign.yaml; give this run another --results, "
+                                  "or add --fresh to move those results aside first")
+    assert {p: p.read_bytes() for p in results.rglob("*") if p.is_file()} == before

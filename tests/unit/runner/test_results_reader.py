@@ -62,6 +62,14 @@ def _non_utf8(path: Path) -> None:
     path.write_bytes(b'{"id": "caf\xe9"}')
 
 
+def _lone_surrogate(path: Path) -> None:
+    # Valid JSON and valid UTF-8, but half a UTF-16 pair: summary.csv could not be written (a traceback).
+    record = json.loads(path.read_text())
+    record["reason"] = "\ud800"
+    record.setdefault("metrics", {})["\udcff"] = 1
+    path.write_text(json.dumps(record))
+
+
 def _huge(path: Path) -> None:
     with path.open("wb") as fh:
         fh.truncate(LIMITS["json_bytes"] + 1)  # sparse: nothing to write, only its size counts
@@ -79,6 +87,7 @@ TAMPERED: dict[str, tuple[Callable[[Path], None], str]] = {
     "a link to /dev/zero": (_dev_zero, "is a symbolic link"),
     "a link outside": (_outside, "is a symbolic link"),
     "over the size limit": (_huge, "is 67108865 bytes: over the 67108864-byte limit"),
+    "a lone surrogate": (_lone_surrogate, "holds a \\ud800-\\udfff escape that is no pair"),
 }
 
 
