@@ -83,37 +83,33 @@ def record_line(path: str, data: bytes) -> str:
     return f"{path},sha256={digest},{len(data)}"
 
 
+def write_wheel(out: Path, module: str, version: str, files: dict[str, str]) -> None:
+    """``out/{module}-{version}-py3-none-any.whl`` of ``files`` plus its METADATA, WHEEL and RECORD."""
+    dist = f"{module}-{version}.dist-info"
+    files = {**files,
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: {version}\n",
+             f"{dist}/WHEEL": ("Wheel-Version: 1.0\nGenerator: make_mock_builds.py\nRoot-Is-Purelib: true\n"
+                                "Tag: py3-none-any\n")}
+    record = [record_line(p, d.encode()) for p, d in files.items()] + [f"{dist}/RECORD,,"]
+    with zipfile.ZipFile(out / f"{module}-{version}-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as whl:
+        for path, data in files.items():
+            whl.writestr(zipfile.ZipInfo(path, STAMP), data)
+        whl.writestr(zipfile.ZipInfo(f"{dist}/RECORD", STAMP), "\n".join(record) + "\n")
+
+
 def local_wheel(out: Path) -> None:
-    dist = f"mock_vllm-{WHEEL_VERSION}.dist-info"
-    files = {
+    write_wheel(out, "mock_vllm", WHEEL_VERSION, {
         "mock_vllm/__init__.py": f'"""MOCK stand-in for vLLM, built elsewhere."""\n__version__ = "{WHEEL_VERSION}"\n',
         "mock_vllm/local_build.py": "BUILT_ELSEWHERE = True\n",
         "mock_vllm/cuda_ops.py": CUDA_OPS,
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: mock-vllm\nVersion: {WHEEL_VERSION}\n",
-        f"{dist}/WHEEL": ("Wheel-Version: 1.0\nGenerator: make_mock_builds.py\nRoot-Is-Purelib: true\n"
-                           "Tag: py3-none-any\n"),
-    }
-    record = [record_line(p, d.encode()) for p, d in files.items()] + [f"{dist}/RECORD,,"]
-    with zipfile.ZipFile(out / f"mock_vllm-{WHEEL_VERSION}-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as whl:
-        for path, data in files.items():
-            whl.writestr(zipfile.ZipInfo(path, STAMP), data)
-        whl.writestr(zipfile.ZipInfo(f"{dist}/RECORD", STAMP), "\n".join(record) + "\n")
+    })
 
 
 def build_only_wheel(out: Path, version: str) -> None:
-    dist = f"mock_grpc_tools-{version}.dist-info"
-    files = {
+    write_wheel(out, "mock_grpc_tools", version, {
         "mock_grpc_tools/__init__.py": (f'"""MOCK stand-in for grpcio-tools: only a build imports it."""\n'
                                         f'__version__ = "{version}"\n'),
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: mock-grpc-tools\nVersion: {version}\n",
-        f"{dist}/WHEEL": ("Wheel-Version: 1.0\nGenerator: make_mock_builds.py\nRoot-Is-Purelib: true\n"
-                           "Tag: py3-none-any\n"),
-    }
-    record = [record_line(p, d.encode()) for p, d in files.items()] + [f"{dist}/RECORD,,"]
-    with zipfile.ZipFile(out / f"mock_grpc_tools-{version}-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as whl:
-        for path, data in files.items():
-            whl.writestr(zipfile.ZipInfo(path, STAMP), data)
-        whl.writestr(zipfile.ZipInfo(f"{dist}/RECORD", STAMP), "\n".join(record) + "\n")
+    })
 
 
 def sdist(out: Path, version: str, requires: list[str]) -> None:
