@@ -119,11 +119,11 @@ def open_regular(path: Path) -> io.FileIO:
     checked again; no read of it ever waits. A file of /proc or /sys is kernel state, never an
     input: reading some changes it (``/proc/kmsg`` hands each message to one reader only)."""
     info = Path(path).stat()
+    if not stat.S_ISREG(info.st_mode):  # first: a pipe as /dev/stdin resolves into /proc, and is a pipe
+        raise NotRegularFile(_kind(info.st_mode))
     real = os.path.realpath(path)
     if any(real == top or real.startswith(top + "/") for top in _KERNEL_FS):
         raise NotRegularFile(KERNEL_FILE)
-    if not stat.S_ISREG(info.st_mode):
-        raise NotRegularFile(_kind(info.st_mode))
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         mode = os.fstat(fd).st_mode

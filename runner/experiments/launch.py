@@ -62,8 +62,11 @@ def engine_argv(args: Any) -> list[str]:
 
 def flag_name(key: object) -> str:
     """The flag a key of engine.args names: ``max_model_len``, ``--max-model-len`` and
-    ``max-model-len`` are all ``max-model-len``."""
-    return str(key).lstrip("-").replace("_", "-")
+    ``max-model-len`` are all ``max-model-len``. As vLLM's parser does, only the part before the
+    first dot: after it comes a config field, underscores and all
+    (``compilation-config.cudagraph_capture_sizes``)."""
+    name, dot, field = str(key).lstrip("-").partition(".")
+    return name.replace("_", "-") + dot + field
 
 
 def engine_arg(args: Mapping[str, Any], flag: str) -> Any:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from runner.errors import SpecError
 from runner.experiments import KINDS
+from runner.experiments.launch import flag_name
 from runner.inventory import InventorySources, is_host_list, path_exists
 from runner.overrides import Override, apply_overrides
 from runner.secrets import looks_like_credential
@@ -38,6 +40,7 @@ def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Overr
     if not isinstance(data, dict):
         raise SpecError([f"{name}:1: a campaign must be a YAML mapping"])
     from_options = apply_overrides(data, list(overrides or []))
+    _override_replaces_its_flag(data, from_options)
 
     def where(loc: Loc) -> str:
         for path_, source in from_options.items():
@@ -77,6 +80,22 @@ def load_campaign(path: Path, *, check_hosts: bool = True, overrides: list[Overr
     given_options = [*(f"-i {g}" for g in given), *([f"-l {limit}"] if limit is not None else [])]
     return LoadedCampaign(campaign, path.resolve(), text, sources, tuple(hosts), tuple(modes),
                           tuple(sorted({*from_options.values(), *given_options})))
+
+
+def _override_replaces_its_flag(data: dict[str, Any], applied: dict[tuple[str | int, ...], str]) -> None:
+    """``-e engine.args.max_model_len=4096`` replaces the file's ``max-model-len``: an override names a
+    flag however it spells it, and the file's other spelling would be the same flag given twice."""
+    for path in applied:
+        if not ((len(path) == 3 and path[:2] == ("engine", "args"))
+                or (len(path) == 4 and path[0] == "experiments" and path[2] == "engine_args")):
+            continue
+        node = data
+        for part in path[:-1]:
+            node = node[part]  # apply_overrides made every step of the path
+        key = path[-1]
+        if isinstance(node, dict) and isinstance(key, str):
+            for other in [k for k in node if isinstance(k, str) and k != key and flag_name(k) == flag_name(key)]:
+                del node[other]
 
 
 def _shown_loc(loc: Loc) -> Loc:

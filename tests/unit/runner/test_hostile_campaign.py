@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import SpecError
+from runner.experiments.launch import flag_name
+from runner.overrides import parse_overrides
 from runner.plan import expand
 from runner.spec import load_campaign
 
@@ -178,6 +180,20 @@ def test_an_alias_used_twice_is_no_cycle(write_campaign: Callable[[str], Path]) 
     path = write_campaign(GOOD.replace("modes: [noop]", "modes: {noop: &p {}, skip: {reason: x}}\n"
                                        "    engine_args: {a: &l [1, 2], b: *l}"))
     assert load_campaign(path).campaign.experiments[0].engine_args == {"a": [1, 2], "b": [1, 2]}
+
+
+def test_a_pipe_named_through_proc_is_a_pipe_not_a_kernel_file(capsys: pytest.CaptureFixture[str]) -> None:
+    # `cat c.yaml | python -m runner /dev/stdin` resolves into /proc/<pid>/fd and was called a kernel file.
+    from runner.cli import main
+
+    read_end, write_end = os.pipe()
+    try:
+        assert main([f"/proc/self/fd/{read_end}", "--plan"]) == 2
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    err = capsys.readouterr().err
+    assert "is not a regular file (a FIFO" in err and "kernel file" not in err, err
 
 
 @pytest.mark.parametrize("option", [[], ["-e"], ["-l"]])
@@ -377,3 +393,19 @@ def test_a_variable_from_the_file_and_the_controller_is_refused(write_campaign: 
     # Both reached the node, and one of them won without a word.
     path = write_campaign(GOOD + "engine: {model: m, env: {TOKENS: '1'}, env_from_controller: [TOKENS]}\n")
     assert error_of(path) == f"{path}:6: engine: TOKENS is in engine.env and in engine.env_from_controller: keep one"
+
+
+def test_an_override_replaces_the_flag_however_either_side_spells_it(write_campaign: Callable[[str], Path]) -> None:
+    # -e engine.args.max_model_len=4096 over the file's max-model-len was refused as the flag given twice.
+    start = GOOD.replace("kind: selftest\n    modes: [noop]", "kind: startup\n    modes: [first_start]")
+    path = write_campaign(start + "engine: {model: m, args: {max-model-len: 16384}}\n")
+    for key in ("engine.args.max_model_len=4096", "engine.args.--max-model-len=4096"):
+        (trial,) = expand(load_campaign(path, overrides=parse_overrides([key]))).trials
+        argv = trial.as_dict()["launch"]["argv"]
+        assert argv.count("--max-model-len") == 1 and argv[argv.index("--max-model-len") + 1] == "4096"
+
+
+def test_a_config_field_after_the_dot_keeps_its_underscores() -> None:
+    # vLLM's parser turns _ into - only between the -- and the first dot: after it is a config field.
+    assert flag_name("compilation_config.cudagraph_capture_sizes") == "compilation-config.cudagraph_capture_sizes"
+    assert flag_name("--max_model_len") == "max-model-len"
