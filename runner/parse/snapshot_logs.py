@@ -117,6 +117,10 @@ _PREAD_LINE = re.compile(_STAMP + r" pie: (\d+): (?:Preadv |`- returned (\d+))",
 _MEMFD = re.compile(_STAMP + r" +\d+: Restoring memfd id=", re.MULTILINE)
 _MEMFD_READ = re.compile(r"^\(\d+\.\d+\) +\d+: pr\d+-\d+ Read [0-9a-f]+ (\d+) pages$", re.MULTILINE)
 _SELF_READ = re.compile(_STAMP + r" +\d+: \tpr\d+-\d+ Read page from self ", re.MULTILINE)
+# CRIU with roles/criu/files/patches/parallel-shmem-restore.patch reads a large memfd with several threads and
+# logs one line per object when all its pages are in, instead of the two lines per chunk above.
+_PARALLEL = re.compile(_STAMP + r" +\d+: Restored shmem 0x[0-9a-f]+ in parallel: (\d+) bytes, (\d+) threads, ",
+                       re.MULTILINE)
 PAGE_BYTES = 4096  # x86_64: CRIU's page reader counts in the kernel's pages
 
 
@@ -127,7 +131,8 @@ def restore_phases(text: str) -> dict[str, float]:
     inside those calls, each from its line to its return, overlaps counted once;
     ``restore_pages_gb_s``, decimal); the memfds and shared memory its page
     reader copied (``restore_memfd_gib``, ``restore_memfd_s`` from the first "Restoring memfd" to the
-    last copy, ``restore_memfd_gb_s``); and ``restore_log_s``, CRIU's own clock at its last line.
+    last copy, ``restore_memfd_gb_s``; ``restore_memfd_threads``, the most threads one object was read
+    with, where a patched CRIU read any in parallel); and ``restore_log_s``, CRIU's own clock at its last line.
     Absent lines, absent keys."""
     out: dict[str, float] = {}
     resumed, finished = _stamp(text, "cuda_plugin: resuming devices"), _stamp(text, "finished cuda_plugin stage 2")
@@ -171,14 +176,17 @@ def _union_seconds(intervals: list[tuple[float, float]]) -> float:
 
 def _memfd_phase(text: str) -> dict[str, float]:
     first = _MEMFD.search(text)
-    copies = _SELF_READ.findall(text)
+    parallel = _PARALLEL.findall(text)
+    copies = [float(s) for s in _SELF_READ.findall(text)] + [float(s) for s, _, _ in parallel]
     if not first or not copies:
         return {}
-    read = sum(int(n) for n in _MEMFD_READ.findall(text)) * PAGE_BYTES
-    span = max(0.0, float(copies[-1]) - float(first.group(1)))
+    read = sum(int(n) for n in _MEMFD_READ.findall(text)) * PAGE_BYTES + sum(int(b) for _, b, _ in parallel)
+    span = max(0.0, max(copies) - float(first.group(1)))
     out = {"restore_memfd_gib": round(read / 2**30, 3), "restore_memfd_s": round(span, 3)}
     if span > 0:
         out["restore_memfd_gb_s"] = round(read / 1e9 / span, 3)
+    if parallel:
+        out["restore_memfd_threads"] = max(int(t) for _, _, t in parallel)
     return out
 
 

@@ -146,6 +146,30 @@ def test_a_restore_log_says_how_long_criu_spent_on_the_memfds_apart_from_the_pag
     assert "restore_memfd_s" not in restore_phases(H200_RESTORE_PAGES)  # an unquiesced engine: no memfd
 
 
+# The same stage with the parallel shmem restore patch (roles/criu/files/patches): a small memfd still read
+# serially (its two lines per chunk), the large ones one line each once all their pages are in.
+PARALLEL_MEMFDS = """\
+(00.034019)   4929: Restoring memfd id=25
+(00.034100)   4929: pr12-2 Read 0 256 pages
+(00.034200)   4929: \tpr12-2 Read page from self 0/0
+(00.040000)   4929: Restoring memfd id=26
+(00.569560)   4929: Restored shmem 0x1920 in parallel: 1073741824 bytes, 8 threads, 32 chunks, 0.529 s
+(00.570000)   4929: Restoring memfd id=27
+(01.100000)   4929: Restored shmem 0x1921 in parallel: 1073741824 bytes, 4 threads, 16 chunks, 0.530 s
+(01.200000) pie: 4929: Preadv 0x56da0000:8192... (3 iovs)
+(01.300000) pie: 4929: `- returned 8192
+"""
+
+
+def test_a_parallel_memfd_restore_counts_its_bytes_and_ends_at_its_last_object() -> None:
+    out = restore_phases(PARALLEL_MEMFDS)
+    assert out["restore_memfd_gib"] == 2.001  # 2 x 1 GiB in parallel + 256 pages serially
+    assert out["restore_memfd_s"] == 1.066  # 0.034019 -> 1.1, the last parallel object's line
+    assert out["restore_memfd_gb_s"] == 2.016
+    assert out["restore_memfd_threads"] == 8
+    assert "restore_memfd_threads" not in restore_phases(H200_RESTORE_MEMFDS)  # stock CRIU: serial only
+
+
 def test_lazy_pages_stats_count_faults_and_pages() -> None:
     text = ("(00.3) uffd: 3252-12: #PF at 0x7f51b11b7000\n(00.31) uffd: 3252-12: #PF at 0x7f51b11c1000\n"
             "(00.40) uffd: 3252-12: UFFD transferred pages: (7838/7838)\n"
