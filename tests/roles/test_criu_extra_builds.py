@@ -5,6 +5,7 @@ per-build names the role derives (vars/main.yml), and the commit a git-archive t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -94,6 +95,47 @@ def test_a_bad_extra_build_stops_with_its_name(tmp_path: Path, builds: object, s
     result = _play(tmp_path, [VALIDATE], {"criu_extra_builds": builds})
     assert result.returncode != 0 and said in result.stdout, result.stdout + result.stderr
     assert "token" not in result.stdout
+
+
+SHIPPED = REPO / "roles" / "criu" / "files" / "patches" / "parallel-shmem-restore.patch"
+
+
+def test_a_patched_build_names_its_patches_in_its_stamp_and_gitid(tmp_path: Path) -> None:
+    own = tmp_path / "own.patch"
+    own.write_text("--- a/x\n+++ b/x\n")
+    build = {"name": "par", "version": "4.2.1", "sha256": SHA, "source_url": "https://x/c.tar.xz",
+             "patches": ["parallel-shmem-restore.patch", str(own)]}
+    # probe.yml's checksums of the patches on the controller, then what vars/main.yml derives from them.
+    tasks = [VALIDATE,
+             {"ansible.builtin.include_role": {"name": "criu", "tasks_from": "probe"},
+              "vars": {"criu_build_item": build}},
+             {"ansible.builtin.copy": {"content": "{{ {'stamp': __criu_stamp, 'gitid': __criu_gitid,"
+                                                  " 'patches': __criu_build_patches} | to_json }}",
+                                       "dest": "{{ out }}", "mode": "0644"},
+              # Outside the role: its role_path given, as the role's own tasks see it.
+              "vars": {"criu_build_item": build, "__criu_tarball_commit": {"stdout": ""},
+                       "role_path": str(REPO / "roles" / "criu")}}]
+    result = _play(tmp_path, tasks, {"criu_extra_builds": [build], "out": str(tmp_path / "derived.json")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    derived = json.loads((tmp_path / "derived.json").read_text())
+    sums = [hashlib.sha256(p.read_bytes()).hexdigest() for p in (SHIPPED, own)]
+    assert derived["patches"] == [str(SHIPPED), str(own)]  # a bare name is the role's own
+    assert derived["stamp"].endswith(f" sha256={SHA} patches={sums[0]},{sums[1]}\n")
+    assert derived["gitid"] == f"v4.2.1+patch.{sums[0][:8]}.{sums[1][:8]}"  # a release: no commit to name
+
+
+@pytest.mark.parametrize(("patches", "said"), [
+    ("parallel-shmem-restore.patch", 'has patches "parallel-shmem-restore.patch"; expected a list'),
+    ([1], "has patches [1]; expected"),
+    (["nonexistent.patch"], 'not on the controller: ["'),
+    (["/nonexistent/x.patch"], 'not on the controller: ["/nonexistent/x.patch"]'),
+    (["parallel-shmem-restore.patch"] * 9, "at most 8 patch files"),
+])
+def test_a_bad_patch_list_stops_with_the_build_and_the_value(tmp_path: Path, patches: object, said: str) -> None:
+    build = {"name": "par", "version": "4.2.1", "sha256": SHA, "source_url": "https://x/c.tar.xz", "patches": patches}
+    result = _play(tmp_path, [VALIDATE], {"criu_extra_builds": [build]})
+    assert result.returncode != 0 and "criu_extra_builds[0] (par) has patches" in result.stdout, result.stdout
+    assert said in result.stdout and "parallel-shmem-restore.patch)" in result.stdout, result.stdout
 
 
 def _git_archive(tmp_path: Path, fmt: str) -> tuple[Path, str]:

@@ -1,7 +1,10 @@
 #!/bin/sh
 # criu role self-test: dump a throw-away process that counts into a file, check that it is gone,
-# restore it detached and check that it counts on from where it stopped; then stop it. Prints one
-# JSON line; exits non-zero (with the log tail) on any failure. Usage: criu-selftest.sh CRIU WORKDIR
+# restore it detached and check that it counts on from where it stopped; then stop it. The process
+# also holds a memfd of 16 MiB (mapped shared, a 1 MiB hole in it), filled with a pattern: its
+# sha256 after the restore must be the one before the dump (the memfd restore path, which the
+# parallel-shmem-restore patch changes; the JSON says how many threads read it: 1 = serially).
+# Prints one JSON line; exits non-zero (with the log tail) on any failure. Usage: criu-selftest.sh CRIU WORKDIR
 set -u
 criu=$1
 work=$2
@@ -12,7 +15,17 @@ counter=$work/counter
 # It forks nothing: a killed child left as a zombie (a slow PID 1 reaps late) would keep the
 # session's PID in use, and the restore needs that PID back.
 # The count is replaced, never rewritten in place, so a reader never sees an empty file.
-setsid python3 -c 'import os, sys, time
+setsid python3 -c 'import mmap, os, sys, time
+size = (16 << 20) + 123
+fd = os.memfd_create("criu-selftest")
+os.ftruncate(fd, size)
+m = mmap.mmap(fd, size)
+pattern = bytes(range(251)) * (size // 251 + 1)
+m[:4 << 20] = pattern[:4 << 20]
+m[5 << 20:] = pattern[5 << 20:size]
+del pattern
+with open(sys.argv[1] + ".memfd", "w") as fh:
+    fh.write(f"{fd}\n")
 i = 0
 while True:
     i += 1
@@ -34,6 +47,8 @@ fail() {
   kill -9 "$pid" 2>/dev/null
   exit 1
 }
+memfd=/proc/$pid/fd/$(cat "$counter.memfd")
+memfd_sum=$(sha256sum < "$memfd") || fail memfd-read img/dump.log
 t0=$(date +%s%N)
 "$criu" dump -t "$pid" -D "$work/img" -o dump.log -v4 || fail dump img/dump.log
 t1=$(date +%s%N)
@@ -55,7 +70,12 @@ until [ "$after" -gt "$frozen" ]; do
   sleep 0.1; waited=$((waited + 1)); after=$(cat "$counter")
 done
 plugin=$(grep -c 'cuda_plugin' "$work/img/dump.log")
+[ "$(sha256sum < "$memfd")" = "$memfd_sum" ] && memfd_ok=true || memfd_ok=false
+memfd_bytes=$(stat -L -c %s "$memfd")
+# A patched CRIU logs "Restored shmem <id> in parallel: <bytes> bytes, <n> threads, ..."; none: read serially.
+threads=$(sed -n 's/.* in parallel: [0-9]* bytes, \([0-9]*\) threads.*/\1/p' "$work/img/restore.log" | sort -n | tail -n 1)
 kill "$pid"
-printf '{"ok": true, "pid": %s, "frozen_at": %s, "counted_to": %s, "dump_ms": %s, "restore_ms": %s, "cuda_plugin_log_lines": %s, "image_bytes": %s}\n' \
-  "$pid" "$frozen" "$after" $(( (t1 - t0) / 1000000 )) $(( (t3 - t2) / 1000000 )) "$plugin" "$(du -sb "$work/img" | cut -f1)"
+printf '{"ok": true, "pid": %s, "frozen_at": %s, "counted_to": %s, "dump_ms": %s, "restore_ms": %s, "cuda_plugin_log_lines": %s, "image_bytes": %s, "memfd_ok": %s, "memfd_bytes": %s, "memfd_threads": %s}\n' \
+  "$pid" "$frozen" "$after" $(( (t1 - t0) / 1000000 )) $(( (t3 - t2) / 1000000 )) "$plugin" "$(du -sb "$work/img" | cut -f1)" \
+  "$memfd_ok" "$memfd_bytes" "${threads:-1}"
 rm -rf "$work"
