@@ -122,6 +122,11 @@ _SELF_READ = re.compile(_STAMP + r" +\d+: \tpr\d+-\d+ Read page from self ", re.
 _PARALLEL = re.compile(_STAMP + r" +\d+: Restored shmem 0x[0-9a-f]+ in parallel: (\d+) bytes, (\d+) threads, ",
                        re.MULTILINE)
 PAGE_BYTES = 4096  # x86_64: CRIU's page reader counts in the kernel's pages
+# CRIU with roles/criu/files/patches/cuda-overlapped-resume.patch sums up its CUDA plugin's resume of all the
+# processes in one line: "together" (their cuda-checkpoint runs overlapped), or "one at a time" where
+# CRIU_CUDA_SERIAL_RESUME kept upstream's order.
+_GPU_RESUME = re.compile(_STAMP + r" cuda_plugin: resumed (\d+) processes (?:together|one at a time) in ([0-9.]+) s",
+                         re.MULTILINE)
 
 
 def restore_phases(text: str) -> dict[str, float]:
@@ -132,12 +137,18 @@ def restore_phases(text: str) -> dict[str, float]:
     ``restore_pages_gb_s``, decimal); the memfds and shared memory its page
     reader copied (``restore_memfd_gib``, ``restore_memfd_s`` from the first "Restoring memfd" to the
     last copy, ``restore_memfd_gb_s``; ``restore_memfd_threads``, the most threads one object was read
-    with, where a patched CRIU read any in parallel); and ``restore_log_s``, CRIU's own clock at its last line.
-    Absent lines, absent keys."""
+    with, where a patched CRIU read any in parallel); where a patched CRIU's plugin summed up its resume,
+    ``restore_gpu_resume_s`` (its seconds, restore thread lookups to the last interrupt) and
+    ``restore_gpu_processes`` (the processes it resumed); and ``restore_log_s``, CRIU's own clock at its last
+    line. Absent lines, absent keys."""
     out: dict[str, float] = {}
     resumed, finished = _stamp(text, "cuda_plugin: resuming devices"), _stamp(text, "finished cuda_plugin stage 2")
     if resumed is not None and finished is not None and finished >= resumed:
         out["restore_gpu_s"] = round(finished - resumed, 3)
+    summary = _GPU_RESUME.search(text)
+    if summary:
+        out["restore_gpu_processes"] = int(summary.group(2))
+        out["restore_gpu_resume_s"] = float(summary.group(3))
     reads = _preadv_intervals(text)
     if reads:
         read = sum(n for _, _, n in reads)

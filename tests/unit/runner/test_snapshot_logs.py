@@ -170,6 +170,36 @@ def test_a_parallel_memfd_restore_counts_its_bytes_and_ends_at_its_last_object()
     assert "restore_memfd_threads" not in restore_phases(H200_RESTORE_MEMFDS)  # stock CRIU: serial only
 
 
+# CRIU with cuda-overlapped-resume.patch (roles/criu/files/patches), its CUDA plugin driving a stand-in
+# cuda-checkpoint that takes 0.5 s per restore and unlock (tests/support/criu_cuda_resume_check.py): the
+# per-process lines come together, then one line for all of them.
+OVERLAPPED_RESUME = """\
+(00.036775) Plugin "cuda_plugin" (version 512 hooks 14)
+(00.038667) cuda_plugin: initialized: cuda_plugin stage 2
+(00.080684) cuda_plugin: resuming devices on pid 13105
+(00.080710) cuda_plugin: Restore thread pid 13108 found for real pid 13105
+(00.080738) cuda_plugin: resuming devices on pid 13107
+(00.080740) cuda_plugin: Restore thread pid 13109 found for real pid 13107
+(00.080748) cuda_plugin: resuming devices on pid 13106
+(00.080749) cuda_plugin: Restore thread pid 13110 found for real pid 13106
+(01.100365) cuda_plugin: resumed 3 processes together in 1.028 s (restore tids 0.009 s, restore 0.510 s, \
+unlock 0.510 s, 0 failed)
+(01.101091) Restore finished successfully. Tasks resumed.
+(01.101161) cuda_plugin: finished cuda_plugin stage 2 err 0
+"""
+
+
+def test_a_patched_plugins_resume_summary_gives_its_seconds_and_processes() -> None:
+    out = restore_phases(OVERLAPPED_RESUME)
+    assert out["restore_gpu_resume_s"] == 1.028 and out["restore_gpu_processes"] == 3
+    assert out["restore_gpu_s"] == 1.02  # "resuming devices" to "finished ... stage 2", as for stock CRIU
+    # The same build with CRIU_CUDA_SERIAL_RESUME=1 sums up upstream's order the same way.
+    serial = restore_phases("(00.087544) cuda_plugin: resuming devices on pid 13222\n"
+                            "(03.140056) cuda_plugin: resumed 3 processes one at a time in 3.059 s\n")
+    assert (serial["restore_gpu_resume_s"], serial["restore_gpu_processes"]) == (3.059, 3)
+    assert "restore_gpu_resume_s" not in restore_phases(H200_RESTORE)  # stock CRIU: no summary line
+
+
 def test_lazy_pages_stats_count_faults_and_pages() -> None:
     text = ("(00.3) uffd: 3252-12: #PF at 0x7f51b11b7000\n(00.31) uffd: 3252-12: #PF at 0x7f51b11c1000\n"
             "(00.40) uffd: 3252-12: UFFD transferred pages: (7838/7838)\n"
