@@ -25,7 +25,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -222,11 +222,21 @@ class ResultsStore:
         if record.get("definition_hash") != trial.definition_hash():
             return True, "definition changed"
         status = record.get("status")
+        if status == TrialStatus.SKIPPED and retry_failed and not _skipped_by_plan(record):
+            # The node's state at the time (a GPU another process held, a port in use, fio missing)
+            # may have changed since; a plan's skip would only say the same again.
+            return True, "retry skipped (the node's state then)"
         if status in KEPT:
             return False, f"kept ({status})"
         if status in (TrialStatus.FAILED, TrialStatus.REFUSED):
             return (True, f"retry {status}") if retry_failed else (False, f"kept ({status}; --retry-failed reruns)")
         return True, f"resume ({status or 'incomplete'})"
+
+
+def _skipped_by_plan(record: Mapping[str, Any]) -> bool:
+    """Whether the plan skipped the trial (this mode cannot run on this engine), not the node."""
+    node = record.get("node")
+    return isinstance(node, Mapping) and bool(node.get("skip"))
 
 
 def _move_aside(root: Path) -> None:

@@ -57,6 +57,27 @@ def test_resume_decisions(tmp_path: Path, status: str, retry: bool, expected: bo
     assert store.decide(trial, retry_failed=retry)[0] is expected
 
 
+@pytest.mark.parametrize(("node", "retry", "expected"), [
+    # Skipped on the node (another process held the GPU): --retry-failed runs it again, a plain resume keeps it.
+    ({"skip": ""}, True, True), ({"skip": ""}, False, False), (None, True, True),
+    # Skipped by the plan (the mode cannot run on this engine): running it again would only skip it again.
+    ({"skip": "vLLM 0.24.0 reloads weights only through its default loader"}, True, False),
+])
+def test_retry_failed_reruns_a_skip_the_node_gave_not_one_the_plan_gave(
+        tmp_path: Path, node: dict[str, str] | None, retry: bool, expected: bool) -> None:
+    store = ResultsStore.open(tmp_path / "r")
+    trial = make_trial()
+    store.begin_trial(trial.id)
+    record = {**trial.as_dict(), "status": "skipped",
+              "reason": "GPU 0 has 2379 MiB in use (limit 2048): another process holds it"}
+    if node is not None:
+        record["node"] = node
+    store.save_trial(trial.id, record)
+    must_run, why = store.decide(trial, retry_failed=retry)
+    assert must_run is expected
+    assert why == ("retry skipped (the node's state then)" if expected else "kept (skipped)")
+
+
 def test_changed_definition_reruns_and_keeps_the_old_attempt(tmp_path: Path) -> None:
     store = ResultsStore.open(tmp_path / "r")
     old = make_trial(params={"seconds": 1})
