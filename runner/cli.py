@@ -78,7 +78,8 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="with --plan: each trial's engine command line, as its node will exec it")
     p.add_argument("--results", type=_folder, help="results folder (default: results/<campaign name>/)")
     p.add_argument("--fresh", action="store_true", help="move earlier results aside and start over")
-    p.add_argument("--retry-failed", action="store_true", help="run failed and refused trials again on resume, and those the node skipped (not the plan)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run failed and refused trials again on resume, and those the node skipped (not the plan)")
     p.add_argument("--parallel", type=int, default=8, metavar="N", help="hosts worked on at once (8)")
     p.add_argument("--no-follow", action="store_true", help="do not tail the node's server log live")
     p.add_argument("--fresh-facts", action="store_true",
